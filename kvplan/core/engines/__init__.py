@@ -1,0 +1,42 @@
+"""Engine rules: one module per engine (see docs/engines.md for each rule's source)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvplan.core.engines.base import Engine
+from kvplan.core.engines.hf import HFEngine
+from kvplan.core.engines.ideal import IdealEngine
+from kvplan.core.engines.sglang import SGLangEngine
+from kvplan.core.engines.trtllm import TRTLLMEngine
+from kvplan.core.engines.vllm import VLLMEngine
+from kvplan.errors import InputError
+
+ENGINES: dict[str, type[Engine]] = {
+    "ideal": IdealEngine,
+    "hf": HFEngine,
+    "vllm": VLLMEngine,
+    "sglang": SGLangEngine,
+    "trtllm": TRTLLMEngine,
+}
+
+MAX_BLOCK_SIZE = 1 << 16
+
+
+def get_engine(name: str, *, block_size: int | None = None) -> Engine:
+    """The engine named ``name``, with its default block size unless ``block_size`` is given."""
+    try:
+        cls = ENGINES[name.lower()]
+    except KeyError:
+        raise InputError(f"unknown engine {name!r}; use one of: {', '.join(ENGINES)}") from None
+    engine = cls()
+    if block_size is not None:
+        if not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise InputError(f"block size must be between 1 and {MAX_BLOCK_SIZE} (got {block_size})")
+        if name in ("ideal", "hf"):
+            raise InputError(f"--block-size applies to paged engines (vllm, sglang, trtllm), not {name}")
+        engine = dataclasses.replace(engine, block_size=block_size)
+    return engine
+
+
+__all__ = ["ENGINES", "Engine", "get_engine"]

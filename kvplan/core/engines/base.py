@@ -1,0 +1,128 @@
+"""What an engine rule is, and the helpers the rules share.
+
+An engine answers, for one layer on one tensor-parallel rank:
+- which vectors it stores per token slot (``token_vectors``): (count, elements) pairs, K and V apart;
+- how many token slots one sequence of ``num_tokens`` tokens holds (``slots_held``), which is where
+  block rounding and sliding-window freeing live;
+- how many bytes a linear-attention layer's fixed state takes (``linear_state_bytes``).
+
+Everything is integer bytes. Engines are frozen dataclasses, one module each, each rule citing its
+source (see docs/engines.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.errors import InputError
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def split_heads(num_heads: int, tp: int, *, strict: bool) -> tuple[int, ...]:
+    """Heads held by each of ``tp`` ranks.
+
+    Fewer heads than ranks: each head is replicated so that every rank holds one (vLLM
+    ``ModelConfig.get_num_kv_heads``: ``max(1, total_num_kv_heads // tp)``). More heads than ranks:
+    an even split; ``strict`` engines refuse an uneven one, the others give the extra heads to the
+    first ranks.
+    """
+    if num_heads <= tp:
+        if strict and tp % num_heads:
+            raise InputError(
+                f"tensor parallel size {tp} is not a multiple of the {num_heads} KV heads; "
+                f"use a tp that divides or is a multiple of {num_heads}"
+            )
+        return (1,) * tp
+    if num_heads % tp:
+        if strict:
+            divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0 and d <= 64]
+            raise InputError(
+                f"{num_heads} KV heads cannot be split evenly over tensor parallel size {tp}; "
+                f"use one of {', '.join(map(str, divisors))}"
+            )
+        base, extra = divmod(num_heads, tp)
+        return tuple(base + (1 if r < extra else 0) for r in range(tp))
+    return (num_heads // tp,) * tp
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """Base engine: the ``ideal`` semantics. Subclasses override the rules that differ."""
+
+    name: str = "ideal"
+    block_size: int = 1  # token slots per allocation unit
+    strict_tp: bool = False
+    mla_latent: bool = True  # cache MLA as the latent (True) or expanded per-head K/V (False)
+    linear_conv_keeps_full_kernel: bool = False  # conv state width: kernel (True) or kernel-1
+
+    def prepare(self, spec: ModelSpec) -> ModelSpec:
+        """The spec as this engine's implementation caches it (most engines: unchanged)."""
+        return spec
+
+    # -- what is stored per token slot -------------------------------------------------------
+    def token_vectors(self, layer: Layer, tp: int) -> list[tuple[tuple[int, ...], int]]:
+        """Per token slot: [(heads on each rank, elements per vector)], one entry for K, one for V.
+
+        MLA latent is one vector of ``kv_lora_rank + qk_rope_head_dim``, replicated on every rank.
+        """
+        if isinstance(layer, AttentionLayer):
+            heads = split_heads(layer.num_kv_heads, tp, strict=self.strict_tp)
+            return [(heads, layer.k_head_dim), (heads, layer.v_head_dim)]
+        if isinstance(layer, MLALayer):
+            if self.mla_latent:
+                return [((1,) * tp, layer.latent_dim)]
+            heads = split_heads(layer.num_heads, tp, strict=self.strict_tp)
+            return [(heads, layer.expanded_k_head_dim), (heads, layer.v_head_dim)]
+        return []
+
+    def slot_bytes(self, layer: Layer, kv_dtype: KVDtype, tp: int) -> tuple[int, ...]:
+        """Bytes of one token slot of this layer on each rank."""
+        per_rank = [0] * tp
+        for heads, elems in self.token_vectors(layer, tp):
+            vec = kv_dtype.vector_bytes(elems)
+            for r in range(tp):
+                per_rank[r] += heads[r] * vec
+        return tuple(per_rank)
+
+    # -- how many token slots a sequence holds ---------------------------------------------------
+    def tokens_needed(self, layer: Layer, num_tokens: int) -> int:
+        """Token states the attention needs for a sequence of ``num_tokens`` tokens (ideal)."""
+        if isinstance(layer, (LinearLayer, NoCacheLayer)):
+            return 0
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
+            return min(num_tokens, layer.window)
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
+            if num_tokens == 0:
+                return 0
+            return num_tokens - ((num_tokens - 1) // layer.window) * layer.window
+        return num_tokens
+
+    def slots_held(self, layer: Layer, num_tokens: int) -> int:
+        return self.tokens_needed(layer, num_tokens)
+
+    # -- linear attention state ------------------------------------------------------------------
+    def linear_state_elems(self, layer: LinearLayer) -> tuple[int, int]:
+        """(conv elements, recurrent elements) one sequence holds in one layer, all ranks."""
+        width = layer.conv_kernel if self.linear_conv_keeps_full_kernel else layer.conv_kernel - 1
+        return layer.conv_channels * width, layer.state_elems
+
+    def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
+        """(conv dtype, recurrent dtype): the model's own, KV quantization does not apply."""
+        conv = get_dtype(model_dtype)
+        state = get_dtype(layer.state_dtype) if layer.state_dtype else conv
+        return conv, state
+
+    def linear_state_bytes(self, layer: LinearLayer, model_dtype: str, tp: int) -> tuple[int, ...]:
+        conv_elems, state_elems = self.linear_state_elems(layer)
+        conv_dtype, state_dtype = self.linear_state_dtypes(layer, model_dtype)
+        total = conv_dtype.vector_bytes(conv_elems) + state_dtype.vector_bytes(state_elems)
+        heads = split_heads(layer.num_heads, tp, strict=self.strict_tp)
+        return tuple(total * h // layer.num_heads for h in heads)
+
+    def describe_rules(self) -> str:
+        return "exactly the token states attention needs; sliding layers hold min(S, W) tokens"

@@ -1,0 +1,60 @@
+"""``hf``: what Hugging Face transformers' ``DynamicCache`` holds while decoding.
+
+Source: transformers v5.23 ``src/transformers/cache_utils.py``.
+
+- ``DynamicLayer`` (full attention) concatenates each step's K/V: S tokens of storage.
+- ``DynamicSlidingWindowLayer`` (sliding *and* chunked layers: ``DYNAMIC_LAYER_TYPE_MAPPING`` maps
+  ``chunked_attention`` to it with ``sliding_window = attention_chunk_size``) concatenates the new
+  token onto the kept window and then keeps a *view* of the last W-1 tokens. The view keeps the whole
+  concatenated tensor alive, so after a decode step the storage is min(S, W) tokens. Chunked layers
+  therefore hold a sliding window of C tokens, not the current chunk.
+- MLA (``models/deepseek_v3/modeling_deepseek_v3.py``, ``DeepseekV3Attention.forward``: "Cache
+  read / write is performed while latent KV is still compressed"): the cache's keys are the
+  kv_lora_rank latent and its values the shared RoPE key, one head each, so the latent is what is
+  held. (transformers 4.x decompressed first and cached per-head K and V: 128 x (192 + 128)
+  elements per token per layer for DeepSeek-V3; ``kvplan show`` prints that expanded figure.)
+- Falcon with ``new_decoder_architecture`` (40B/180B) broadcasts its K/V heads to every query head
+  before caching (``models/falcon/modeling_falcon.py``): 128 heads cached for Falcon-40B, not 8.
+- Linear attention (``LinearAttentionLayer``): conv state of the full kernel width (the cache pads
+  the prefill to ``conv_kernel_size`` columns) plus the recurrent state. The gated-delta-net
+  recurrent state is float32 whatever the model dtype: ``torch_chunk_gated_delta_rule`` in
+  ``models/qwen3_next/modeling_qwen3_next.py`` computes in float32 and returns that state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.engines.base import Engine
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class HFEngine(Engine):
+    name: str = "hf"
+    linear_conv_keeps_full_kernel: bool = True
+
+    def prepare(self, spec: ModelSpec) -> ModelSpec:
+        if "hf_kv_broadcast" not in spec.quirks:
+            return spec
+        layers = tuple(
+            dataclasses.replace(layer, num_kv_heads=spec.num_attention_heads) if isinstance(layer, AttentionLayer) else layer
+            for layer in spec.layers
+        )
+        return dataclasses.replace(spec, layers=layers)
+
+    def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
+        conv, state = super().linear_state_dtypes(layer, model_dtype)
+        if layer.family == "gated_delta_net":
+            state = get_dtype("fp32")
+        return conv, state
+
+    def slots_held(self, layer: Layer, num_tokens: int) -> int:
+        if isinstance(layer, AttentionLayer) and layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED):
+            return min(num_tokens, layer.window)
+        return super().slots_held(layer, num_tokens)
+
+    def describe_rules(self) -> str:
+        return "transformers DynamicCache: full layers S tokens, sliding/chunked min(S, W), MLA latent"

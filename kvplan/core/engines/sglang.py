@@ -1,0 +1,34 @@
+"""``sglang``: SGLang's token-level KV pools (page size 1 by default).
+
+Sources (sgl-project/sglang, python/sglang/srt/):
+- ``mem_cache/memory_pool.py``: ``MHATokenToKVPool`` holds K and V buffers of
+  [size + page_size, head_num, head_dim] per layer; ``MLATokenToKVPool`` holds one buffer of
+  kv_lora_rank + qk_rope_head_dim per token per layer.
+- ``server_args.py``: ``page_size`` defaults to 1.
+- Sliding-window layers (``SWAKVPool`` for hybrid SWA models) keep only the window's tokens.
+- Mamba/linear layers (``MambaPool``, sized in ``model_runner_kv_cache_mixin.py:handle_max_mamba_cache``):
+  conv state of kernel-1 columns in the model dtype plus the temporal (SSM) state in
+  ``mamba_ssm_dtype``, float32 by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.engines.vllm import PagedEngine
+from kvplan.core.spec import LinearLayer
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangEngine(PagedEngine):
+    name: str = "sglang"
+    block_size: int = 1
+    strict_tp: bool = True
+
+    def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
+        conv, _ = super().linear_state_dtypes(layer, model_dtype)
+        return conv, get_dtype("fp32")
+
+    def describe_rules(self) -> str:
+        return f"SGLang token pool, page size {self.block_size}; MLA latent; SWA layers keep the window"

@@ -1,0 +1,39 @@
+"""``trtllm``: TensorRT-LLM's paged KV cache manager.
+
+Sources (NVIDIA/TensorRT-LLM):
+- ``tensorrt_llm/llmapi/llm_args.py:KvCacheConfig``: ``tokens_per_block`` 32 by default.
+- Sliding-window layers use ``max_attention_window``: a cyclic buffer whose blocks are reused; a
+  sequence holds cdiv(min(S, W) + sink_bubble, tokens_per_block) blocks
+  (``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``,
+  ``KVCacheManager::calculateMaxBlockRequirementsPerBeam``; sink_bubble is 0 without sink tokens).
+- Chunked-local layers: no chunk-aware freeing was found in the KV cache manager (chunking is a mask
+  in the attention kernel), so they are sized as full attention. An estimate; see docs/engines.md.
+- MLA (DeepSeek) caches the compressed latent, kv_lora_rank + qk_rope_head_dim, as one head
+  replicated on every rank (``_torch/pyexecutor/resource_manager.py``, cache type SELFKONLY).
+- Heads per rank: ceil(num_kv_heads / tp), so a head is replicated when tp exceeds the KV heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.engines.base import cdiv
+from kvplan.core.engines.vllm import PagedEngine
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class TRTLLMEngine(PagedEngine):
+    name: str = "trtllm"
+    block_size: int = 32
+    strict_tp: bool = True
+
+    def blocks_held(self, layer: Layer, num_tokens: int) -> int:
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
+            return cdiv(min(num_tokens, layer.window), self.block_size)
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
+            return cdiv(num_tokens, self.block_size)
+        return super().blocks_held(layer, num_tokens)
+
+    def describe_rules(self) -> str:
+        return f"TensorRT-LLM paged blocks of {self.block_size} tokens (tokens_per_block); MLA latent"

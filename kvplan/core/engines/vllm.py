@@ -1,0 +1,54 @@
+"""``vllm``: vLLM v1's paged KV cache.
+
+Sources (vllm-project/vllm, v1 engine):
+- ``vllm/v1/kv_cache_interface.py``: ``AttentionSpec.page_size_bytes`` = block_size x num_kv_heads x
+  (head_size + head_size_v) x dtype size; ``MLAAttentionSpec`` stores one head of
+  kv_lora_rank + qk_rope_head_dim and no separate V.
+- ``vllm/v1/core/single_type_kv_cache_manager.py``: full attention holds ceil(tokens / block_size)
+  blocks; ``SlidingWindowManager`` frees (swaps for the null block) every block wholly before
+  num_computed_tokens - sliding_window + 1; ``ChunkedLocalAttentionManager`` frees every block wholly
+  before the start of the current chunk.
+- ``vllm/config/cache.py``: default block_size 16; fp8 KV stores one byte per element with per-layer
+  scales only.
+- ``vllm/config/model.py:get_num_kv_heads``: max(1, num_kv_heads // tp), and TP must divide the
+  heads (or be a multiple of them).
+- Mamba/linear layers (``MambaSpec``): one state per request; conv state keeps kernel-1 columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.engines.base import Engine, cdiv
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagedEngine(Engine):
+    """Blocks of ``block_size`` slots; sliding/chunked layers free the blocks they no longer need."""
+
+    def blocks_held(self, layer: Layer, num_tokens: int) -> int:
+        if num_tokens == 0 or not self.token_vectors(layer, 1):
+            return 0
+        blocks = cdiv(num_tokens, self.block_size)
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
+            # computed = num_tokens - 1 before the newest token; skipped = computed - W + 1
+            skipped = max(0, num_tokens - layer.window)
+            return blocks - skipped // self.block_size
+        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
+            chunk_start = ((num_tokens - 1) // layer.window) * layer.window
+            return blocks - chunk_start // self.block_size
+        return blocks
+
+    def slots_held(self, layer: Layer, num_tokens: int) -> int:
+        return self.blocks_held(layer, num_tokens) * self.block_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMEngine(PagedEngine):
+    name: str = "vllm"
+    block_size: int = 16
+    strict_tp: bool = True
+
+    def describe_rules(self) -> str:
+        return f"vLLM v1 paged blocks of {self.block_size} tokens; sliding/chunked layers free out-of-window blocks"

@@ -1,0 +1,140 @@
+"""The model spec: a per-layer description of what each decoder layer caches.
+
+A model is not "an MHA model" or "a GQA model": each layer is one of
+
+- ``AttentionLayer`` of kind FULL, SLIDING (window W) or CHUNKED (chunk C): ``num_kv_heads`` heads of
+  ``k_head_dim``/``v_head_dim`` (MHA, GQA and MQA are just values of ``num_kv_heads``);
+- ``MLALayer``: DeepSeek-V2/V3 multi-head latent attention, cached either as the compressed latent
+  (``kv_lora_rank + qk_rope_head_dim`` per token, no K/V pair) or expanded to per-head K and V;
+- ``LinearLayer``: linear attention / state-space (Mamba, gated delta net): a fixed state per sequence;
+- ``NoCacheLayer``: nothing cached.
+
+Pure data: no I/O. Built from configs by ``kvplan.io.hf_config``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Union
+
+
+class LayerKind(str, Enum):
+    FULL = "full"
+    SLIDING = "sliding"
+    CHUNKED = "chunked"
+    MLA = "mla"
+    LINEAR = "linear"
+    NONE = "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionLayer:
+    """Softmax attention over cached K/V heads: full, sliding-window or chunked-local."""
+
+    kind: LayerKind = LayerKind.FULL
+    num_kv_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    window: int = 0  # SLIDING: window in tokens; CHUNKED: chunk size in tokens; FULL: 0
+
+    def describe(self, num_attention_heads: int) -> str:
+        if self.num_kv_heads == 1:
+            family = "MQA"
+        elif self.num_kv_heads == num_attention_heads:
+            family = "MHA"
+        else:
+            family = "GQA"
+        dims = f"{self.k_head_dim}" if self.k_head_dim == self.v_head_dim else f"(K {self.k_head_dim}, V {self.v_head_dim})"
+        what = {LayerKind.FULL: "full", LayerKind.SLIDING: f"sliding {self.window}", LayerKind.CHUNKED: f"chunked {self.window}"}[self.kind]
+        return f"{what} {family} {self.num_kv_heads}x{dims}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLALayer:
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    kind: LayerKind = LayerKind.MLA
+    num_heads: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def latent_dim(self) -> int:
+        """Elements cached per token when the latent is stored: c_KV plus the shared RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def expanded_k_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def describe(self, num_attention_heads: int) -> str:
+        return f"MLA {self.kv_lora_rank}+{self.qk_rope_head_dim}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearLayer:
+    """A linear-attention or state-space layer: fixed-size state per sequence.
+
+    ``conv_channels`` x kernel elements of convolution state plus ``state_elems`` of recurrent (SSM)
+    state. How much of the kernel window is kept is engine-specific (vLLM keeps kernel-1 columns,
+    transformers keeps kernel columns).
+    """
+
+    kind: LayerKind = LayerKind.LINEAR
+    family: str  # "gated_delta_net", "mamba", "mamba2"
+    conv_channels: int
+    conv_kernel: int
+    state_elems: int
+    num_heads: int  # the unit tensor parallelism splits
+    state_dtype: str | None = None  # None: the model dtype
+
+    def describe(self, num_attention_heads: int) -> str:
+        return f"{self.family} (fixed state)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoCacheLayer:
+    kind: LayerKind = LayerKind.NONE
+
+    def describe(self, num_attention_heads: int) -> str:
+        return "no cache"
+
+
+Layer = Union[AttentionLayer, MLALayer, LinearLayer, NoCacheLayer]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str
+    layers: tuple[Layer, ...]
+    dtype: str  # the model's dtype name (torch_dtype), the default KV dtype
+    max_model_len: int
+    num_attention_heads: int
+    hidden_size: int
+    model_type: str = ""
+    source: str = ""
+    provenance: str = ""  # how the bundled numbers were checked (bundled files' `notes`)
+    notes: tuple[str, ...] = ()  # how traps in the config were resolved, shown to the user
+    # Implementation facts an engine may need that are not part of the layer shapes, e.g.
+    # "hf_kv_broadcast": transformers' Falcon (new_decoder_architecture) repeats K/V to every query
+    # head before caching (models/falcon/modeling_falcon.py, FalconAttention.forward).
+    quirks: frozenset[str] = frozenset()
+    raw_config: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_groups(self) -> list[tuple[Layer, list[int]]]:
+        """Identical layers grouped, in order of first appearance, with their indices."""
+        groups: dict[Layer, list[int]] = {}
+        for i, layer in enumerate(self.layers):
+            groups.setdefault(layer, []).append(i)
+        return list(groups.items())
+
+    def kind_counts(self) -> Counter[LayerKind]:
+        return Counter(layer.kind for layer in self.layers)

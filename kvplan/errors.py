@@ -1,0 +1,32 @@
+"""kvplan's exceptions: one root, caught only by the CLI.
+
+    KvplanError
+    ├── ConfigError      a model, GPU or workload description is wrong or incomplete (exit 2)
+    ├── InputError       a flag or value given by the user is out of range or unknown (exit 2)
+    └── CapacityError    the request does not fit / is over budget (exit 1)
+
+Core code raises these; only ``kvplan.cli`` catches them and maps them to exit codes.
+Messages say what to change, with numbers.
+"""
+
+from __future__ import annotations
+
+
+class KvplanError(Exception):
+    """Root of every error kvplan raises on purpose."""
+
+    exit_code = 2
+
+
+class ConfigError(KvplanError):
+    """A model/GPU/workload description is malformed or missing something."""
+
+
+class InputError(KvplanError):
+    """A user-supplied value is invalid (unknown name, out of range)."""
+
+
+class CapacityError(KvplanError):
+    """Something does not fit or is over budget."""
+
+    exit_code = 1

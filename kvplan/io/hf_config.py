@@ -1,0 +1,300 @@
+"""Turn a Hugging Face ``config.json`` (as a dict) into a ``ModelSpec``.
+
+Only the keys that decide what is cached are read; the rest of HF's format is left alone. The known
+traps are resolved here, and each resolution is recorded in ``ModelSpec.notes``:
+
+- DeepSeek-V2/V3 carry ``num_key_value_heads: 128`` beside MLA: ``kv_lora_rank`` wins, the latent
+  is what is cached.
+- Falcon-7B says ``multi_query: true`` with 71 heads: one KV head is stored (Falcon-40B's
+  ``new_decoder_architecture`` uses ``num_kv_heads``).
+- Qwen2/Qwen3 carry ``sliding_window`` with ``use_sliding_window: false``: no window
+  (transformers ``Qwen2Config.__post_init__`` sets the window to None unless it is used).
+- ``head_dim`` given explicitly wins over ``hidden_size / num_attention_heads`` (Gemma, Qwen3).
+- Multimodal configs nest the language model under ``text_config``.
+- ``torch_dtype`` (or v5's ``dtype``) gives the default KV dtype.
+
+Layer patterns, where ``layer_types`` is absent, follow transformers' own config classes
+(``models/<name>/configuration_<name>.py``, v5.23): Gemma 2 and gpt-oss alternate sliding/full
+starting with sliding; Gemma 3 has 5 sliding then 1 full (``sliding_window_pattern`` 6); Llama 4
+makes every 4th layer full and the rest chunked; Qwen3-Next every 4th layer full and the rest
+linear attention; Qwen2/Qwen3 with a window slide only from ``max_window_layers`` on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.core.dtypes import get_dtype
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.errors import ConfigError, InputError
+
+
+class _Cfg:
+    """Typed reads from a config dict with messages that name the file and the key."""
+
+    def __init__(self, data: dict[str, Any], origin: str) -> None:
+        self.data = data
+        self.origin = origin
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def int(self, *names: str, default: int | None = None, minimum: int = 1) -> int:
+        for name in names:
+            value = self.data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{self.origin}: {name} must be an integer (got {value!r})")
+            if value < minimum:
+                raise ConfigError(f"{self.origin}: {name} must be >= {minimum} (got {value})")
+            return value
+        if default is not None:
+            return default
+        alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
+        raise ConfigError(f"{self.origin}: required key {names[0]}{alt} is missing")
+
+
+_LAYER_TYPE_KINDS = {
+    "full_attention": LayerKind.FULL,
+    "attention": LayerKind.FULL,
+    "global": LayerKind.FULL,
+    "sliding_attention": LayerKind.SLIDING,
+    "local": LayerKind.SLIDING,
+    "chunked_attention": LayerKind.CHUNKED,
+    "linear_attention": LayerKind.LINEAR,
+    "mamba": LayerKind.LINEAR,
+    "mamba2": LayerKind.LINEAR,
+    "moe": LayerKind.NONE,
+    "mlp": LayerKind.NONE,
+    "dummy": LayerKind.NONE,
+}
+
+
+# Values transformers' config classes fill in when config.json leaves a key out, so the spec matches
+# what the model really runs with. Each from transformers v5.23 models/<type>/configuration_<type>.py
+# unless noted.
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "falcon": {"max_position_embeddings": 2048},  # FalconConfig.max_position_embeddings
+    "gemma3_text": {"max_position_embeddings": 131_072, "sliding_window": 4096},  # Gemma3TextConfig
+    "gemma3": {"max_position_embeddings": 131_072, "sliding_window": 4096},
+    "gemma2": {"sliding_window": 4096},  # Gemma2Config
+    "gpt_oss": {"torch_dtype": "bfloat16", "sliding_window": 128},  # model card: bf16 outside MXFP4 experts
+    "gpt2": {"torch_dtype": "float32", "n_positions": 1024},  # the released checkpoints are float32
+}
+
+
+def _with_class_defaults(data: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    defaults = _CLASS_DEFAULTS.get(str(data.get("model_type", "")), {})
+    missing = {k: v for k, v in defaults.items() if data.get(k) is None}
+    if not missing:
+        return data
+    shown = ", ".join(f"{k}={v}" for k, v in missing.items())
+    notes.append(f"not in the config, taken from transformers' {data.get('model_type')} defaults: {shown}")
+    return {**data, **missing}
+
+
+def _text_config(raw: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    text = raw.get("text_config")
+    if isinstance(text, dict) and not any(k in raw for k in ("num_hidden_layers", "n_layer", "num_layers")):
+        merged = dict(text)
+        for key in ("torch_dtype", "dtype"):
+            if merged.get(key) is None and raw.get(key) is not None:
+                merged[key] = raw[key]
+        notes.append("multimodal config: the language model is read from text_config")
+        return merged
+    return raw
+
+
+def _dtype_name(cfg: _Cfg, notes: list[str]) -> str:
+    value = cfg.get("torch_dtype") or cfg.get("dtype")
+    if value is None:
+        notes.append("config has no torch_dtype; fp16 assumed (override with --kv-cache-dtype)")
+        return "fp16"
+    try:
+        return get_dtype(str(value)).name
+    except InputError:
+        raise ConfigError(f"{cfg.origin}: torch_dtype {value!r} is not a dtype kvplan knows") from None
+
+
+def _num_kv_heads(cfg: _Cfg, model_type: str, num_heads: int, notes: list[str]) -> int:
+    if model_type == "falcon" or cfg.has("multi_query") or cfg.has("new_decoder_architecture"):
+        if cfg.get("new_decoder_architecture", False):
+            return cfg.int("num_kv_heads", "num_key_value_heads", default=num_heads)
+        if cfg.get("multi_query", False):
+            notes.append(f"multi_query: true: one KV head is stored for all {num_heads} query heads")
+            return 1
+    if cfg.has("n_head_kv"):
+        return cfg.int("n_head_kv")
+    kv = cfg.int("num_key_value_heads", "num_kv_heads", default=num_heads)
+    if kv > num_heads or num_heads % kv:
+        raise ConfigError(
+            f"{cfg.origin}: num_key_value_heads {kv} must divide num_attention_heads {num_heads}"
+        )
+    return kv
+
+
+def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) -> list[LayerKind]:
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise ConfigError(f"{cfg.origin}: layer_types must list one type per layer ({num_layers})")
+        kinds = []
+        for i, t in enumerate(types):
+            if t not in _LAYER_TYPE_KINDS:
+                known = ", ".join(sorted(_LAYER_TYPE_KINDS))
+                raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {t!r} is not a layer type kvplan knows ({known})")
+            kinds.append(_LAYER_TYPE_KINDS[t])
+        if LayerKind.SLIDING in kinds and not cfg.has("sliding_window"):
+            raise ConfigError(f"{cfg.origin}: layer_types has sliding_attention layers but sliding_window is missing")
+        return kinds
+
+    full = [LayerKind.FULL] * num_layers
+    if model_type in ("gemma2", "gpt_oss"):
+        return [LayerKind.SLIDING if (i + 1) % 2 else LayerKind.FULL for i in range(num_layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = cfg.int("sliding_window_pattern", default=6)
+        return [LayerKind.SLIDING if (i + 1) % pattern else LayerKind.FULL for i in range(num_layers)]
+    if model_type in ("llama4", "llama4_text"):
+        no_rope = cfg.get("no_rope_layers")
+        if isinstance(no_rope, list) and len(no_rope) == num_layers:
+            return [LayerKind.CHUNKED if flag else LayerKind.FULL for flag in no_rope]
+        interval = cfg.int("no_rope_layer_interval", default=4)
+        return [LayerKind.CHUNKED if (i + 1) % interval else LayerKind.FULL for i in range(num_layers)]
+    if model_type == "qwen3_next":
+        interval = cfg.int("full_attention_interval", default=4)
+        return [LayerKind.LINEAR if (i + 1) % interval else LayerKind.FULL for i in range(num_layers)]
+    if model_type == "jamba":
+        period = cfg.int("attn_layer_period", default=8)
+        offset = cfg.int("attn_layer_offset", default=4, minimum=0)
+        return [LayerKind.FULL if i % period == offset else LayerKind.LINEAR for i in range(num_layers)]
+    if cfg.has("sliding_window"):
+        if cfg.has("use_sliding_window") and not cfg.get("use_sliding_window"):
+            notes.append(
+                f"sliding_window {cfg.get('sliding_window')} is ignored: use_sliding_window is false"
+            )
+            return full
+        if cfg.has("use_sliding_window"):
+            start = cfg.int("max_window_layers", default=0, minimum=0)
+            return [LayerKind.SLIDING if i >= start else LayerKind.FULL for i in range(num_layers)]
+        return [LayerKind.SLIDING] * num_layers
+    if cfg.has("attention_chunk_size"):
+        return [LayerKind.CHUNKED] * num_layers
+    return full
+
+
+def _linear_layer(cfg: _Cfg, model_type: str, hidden: int) -> LinearLayer:
+    if model_type == "qwen3_next" or cfg.has("linear_num_value_heads"):
+        # Gated DeltaNet (transformers models/qwen3_next/modeling_qwen3_next.py): the causal conv runs
+        # over q, k and v (2 * key_dim + value_dim channels); the recurrent state is one
+        # k_head_dim x v_head_dim matrix per value head.
+        k_heads = cfg.int("linear_num_key_heads")
+        v_heads = cfg.int("linear_num_value_heads")
+        k_dim = cfg.int("linear_key_head_dim")
+        v_dim = cfg.int("linear_value_head_dim")
+        return LinearLayer(
+            family="gated_delta_net",
+            conv_channels=2 * k_heads * k_dim + v_heads * v_dim,
+            conv_kernel=cfg.int("linear_conv_kernel_dim", default=4),
+            state_elems=v_heads * k_dim * v_dim,
+            num_heads=v_heads,
+        )
+    if cfg.has("mamba_d_state") or model_type == "jamba":
+        # Mamba-1 (Jamba): conv over the expanded channels, d_state per channel.
+        inner = cfg.int("mamba_expand", default=2) * hidden
+        return LinearLayer(
+            family="mamba",
+            conv_channels=inner,
+            conv_kernel=cfg.int("mamba_d_conv", default=4),
+            state_elems=inner * cfg.int("mamba_d_state", default=16),
+            num_heads=inner,
+        )
+    raise ConfigError(
+        f"{cfg.origin}: linear-attention layers need their state sizes "
+        "(linear_num_value_heads/linear_key_head_dim/... or mamba_d_state/mamba_d_conv/mamba_expand)"
+    )
+
+
+def spec_from_hf_config(
+    raw: dict[str, Any], *, name: str, origin: str, source: str = "", provenance: str = ""
+) -> ModelSpec:
+    """Build a ModelSpec from a config.json dict. ``origin`` names the file in error messages."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: expected a JSON object of config keys")
+    notes: list[str] = []
+    cfg = _Cfg(_with_class_defaults(_text_config(raw, notes), notes), origin)
+    model_type = str(cfg.get("model_type", ""))
+    num_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    num_heads = cfg.int("num_attention_heads", "n_head", "num_heads")
+    hidden = cfg.int("hidden_size", "n_embd", "d_model")
+    dtype = _dtype_name(cfg, notes)
+    max_len = cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", default=0, minimum=0)
+    if max_len == 0:
+        notes.append("config gives no max_position_embeddings; pass --seq-len")
+
+    layers: list[Layer]
+    if cfg.has("kv_lora_rank"):
+        if cfg.has("num_key_value_heads"):
+            notes.append(
+                f"num_key_value_heads {cfg.get('num_key_value_heads')} ignored: MLA caches the "
+                f"kv_lora_rank latent ({cfg.get('kv_lora_rank')} + {cfg.get('qk_rope_head_dim')} rope)"
+            )
+        mla = MLALayer(
+            num_heads=num_heads,
+            kv_lora_rank=cfg.int("kv_lora_rank"),
+            qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+            qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+            v_head_dim=cfg.int("v_head_dim"),
+        )
+        layers = [mla] * num_layers
+    else:
+        kv_heads = _num_kv_heads(cfg, model_type, num_heads, notes)
+        if cfg.has("head_dim"):
+            head_dim = cfg.int("head_dim")
+        else:
+            if hidden % num_heads:
+                raise ConfigError(
+                    f"{origin}: hidden_size {hidden} is not a multiple of num_attention_heads {num_heads}; "
+                    "add head_dim to the config"
+                )
+            head_dim = hidden // num_heads
+        v_head_dim = cfg.int("v_head_dim", default=head_dim)
+        kinds = _layer_kinds(cfg, model_type, num_layers, notes)
+        window = cfg.int("sliding_window", default=1)
+        chunk = cfg.int("attention_chunk_size", default=0, minimum=0)
+        if LayerKind.CHUNKED in kinds and chunk == 0:
+            raise ConfigError(f"{origin}: chunked attention layers need attention_chunk_size")
+        linear = _linear_layer(cfg, model_type, hidden) if LayerKind.LINEAR in kinds else None
+        layers = []
+        for kind in kinds:
+            if kind is LayerKind.LINEAR:
+                assert linear is not None
+                layers.append(linear)
+            elif kind is LayerKind.NONE:
+                layers.append(NoCacheLayer())
+            else:
+                size = {LayerKind.SLIDING: window, LayerKind.CHUNKED: chunk}.get(kind, 0)
+                layers.append(
+                    AttentionLayer(kind=kind, num_kv_heads=kv_heads, k_head_dim=head_dim, v_head_dim=v_head_dim, window=size)
+                )
+    quirks: set[str] = set()
+    if model_type == "falcon" and cfg.get("new_decoder_architecture", False):
+        quirks.add("hf_kv_broadcast")
+    return ModelSpec(
+        quirks=frozenset(quirks),
+        name=name,
+        layers=tuple(layers),
+        dtype=dtype,
+        max_model_len=max_len,
+        num_attention_heads=num_heads,
+        hidden_size=hidden,
+        model_type=model_type,
+        source=source,
+        provenance=provenance,
+        notes=tuple(notes),
+        raw_config=raw,
+    )

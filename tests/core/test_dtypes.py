@@ -1,0 +1,48 @@
+import pytest
+
+from kvplan.core.dtypes import KV_DTYPE_CHOICES, ScaleGranularity, all_dtypes, get_dtype
+from kvplan.errors import InputError
+
+
+@pytest.mark.parametrize(
+    "name,elems,expected",
+    [
+        ("fp32", 128, 512),
+        ("bf16", 128, 256),
+        ("fp16", 128, 256),
+        ("fp8", 128, 128),  # per-tensor scales only: nothing per token
+        ("fp8_e5m2", 576, 576),
+        ("int8", 128, 128 + 4),  # fp16 scale + fp16 zero per token-head
+        ("int4", 128, 64 + 4),
+        ("nvfp4", 128, 64 + 8),  # one e4m3 scale per 16 values
+        ("nvfp4", 72, 36 + 5),  # a partial group still carries a scale
+    ],
+)
+def test_vector_bytes(name, elems, expected):
+    assert get_dtype(name).vector_bytes(elems) == expected
+
+
+@pytest.mark.parametrize("alias,name", [("float16", "fp16"), ("torch.bfloat16", "bf16"), ("FP8", "fp8_e4m3"),
+                                        ("float32", "fp32"), ("fp4", "nvfp4")])
+def test_aliases(alias, name):
+    assert get_dtype(alias).name == name
+
+
+def test_unknown_dtype_lists_choices():
+    with pytest.raises(InputError, match="use one of: auto, "):
+        get_dtype("fp7")
+
+
+def test_every_dtype_is_choosable_and_scales_are_consistent():
+    for d in all_dtypes():
+        assert d.name in KV_DTYPE_CHOICES
+        if d.scale is ScaleGranularity.GROUP:
+            assert d.group_elems > 0 and d.scale_bytes > 0
+        if d.scale in (ScaleGranularity.NONE, ScaleGranularity.TENSOR):
+            assert d.scale_bytes_for(4096) == 0
+
+
+def test_sub_byte_has_no_plain_width():
+    with pytest.raises(InputError):
+        get_dtype("int4").bytes_per_elem_plain
+    assert get_dtype("bf16").bytes_per_elem_plain == 2

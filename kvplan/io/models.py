@@ -1,0 +1,136 @@
+"""Where model specs come from: bundled YAML, a config.json file or folder, or the local HF cache.
+
+Nothing is ever downloaded and ``trust_remote_code`` is never used: only config.json's keys are read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kvplan.core.spec import ModelSpec
+from kvplan.errors import ConfigError, InputError
+from kvplan.io.hf_config import spec_from_hf_config
+from kvplan.io.yamlio import load_json, load_yaml, parse_model
+
+
+def configs_dir() -> Path:
+    """configs/ inside an installed wheel, else beside the package in a source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "configs", here.parent / "configs"):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"bundled configs not found beside {here}; reinstall kvplan")
+
+
+class BundledModel(BaseModel):
+    """One file of configs/models/: a cited subset of the model's config.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    aliases: list[str] = []
+    source: str
+    notes: str = ""
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BundledEntry:
+    name: str
+    aliases: tuple[str, ...]
+    source: str
+    path: Path
+
+
+@lru_cache(maxsize=1)
+def bundled_index() -> dict[str, BundledEntry]:
+    """name -> entry for every bundled model."""
+    out: dict[str, BundledEntry] = {}
+    for path in sorted((configs_dir() / "models").glob("*.yaml")):
+        model = parse_model(path, BundledModel, load_yaml(path))
+        assert isinstance(model, BundledModel)
+        out[model.name] = BundledEntry(model.name, tuple(model.aliases), model.source, path)
+    return out
+
+
+def _lookup_bundled(ref: str) -> BundledEntry | None:
+    models = configs_dir() / "models"
+    key = ref.strip().lower()
+    direct = models / f"{key}.yaml"
+    if direct.is_file():  # fast path: no need to read every file
+        for entry in bundled_index().values():
+            if entry.path == direct:
+                return entry
+    for entry in bundled_index().values():
+        if key == entry.name.lower() or key in (a.lower() for a in entry.aliases):
+            return entry
+    return None
+
+
+def load_bundled(entry: BundledEntry) -> ModelSpec:
+    model = parse_model(entry.path, BundledModel, load_yaml(entry.path))
+    assert isinstance(model, BundledModel)
+    return spec_from_hf_config(
+        model.config, name=model.name, origin=str(entry.path), source=model.source, provenance=model.notes
+    )
+
+
+def _hf_cache_config(ref: str) -> Path | None:
+    """config.json of a hub id already in the local Hugging Face cache (newest snapshot)."""
+    if "/" not in ref or ref.startswith((".", "/")):
+        return None
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface")), "hub"
+    )
+    snapshots = Path(hub) / f"models--{ref.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    found = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _from_file(path: Path) -> ModelSpec:
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{path.parent}: folder has no config.json")
+    if path.suffix in (".yaml", ".yml"):
+        data = load_yaml(path)
+        if isinstance(data, dict) and "config" in data and "name" in data:
+            model = parse_model(path, BundledModel, data)
+            assert isinstance(model, BundledModel)
+            return spec_from_hf_config(model.config, name=model.name, origin=str(path), source=model.source)
+    else:
+        data = load_json(path)
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_hf_config(data, name=name, origin=str(path), source=str(path))
+
+
+def load_model(ref: str) -> ModelSpec:
+    """Resolve a model reference: a path, a bundled name or hub alias, or a cached hub id."""
+    path = Path(ref).expanduser()
+    if path.exists():
+        return _from_file(path)
+    if ref.startswith((".", "/", "~")) or path.suffix in (".json", ".yaml", ".yml"):
+        raise ConfigError(f"{ref}: no such file")
+    entry = _lookup_bundled(ref)
+    if entry is not None:
+        return load_bundled(entry)
+    cached = _hf_cache_config(ref)
+    if cached is not None:
+        return spec_from_hf_config(load_json(cached), name=ref, origin=str(cached), source=f"local HF cache: {cached}")
+    names = [e.name for e in bundled_index().values()]
+    aliases = [a for e in bundled_index().values() for a in e.aliases]
+    close = difflib.get_close_matches(ref.lower(), [n.lower() for n in names + aliases], n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise InputError(
+        f"unknown model {ref!r}{hint} (see `kvplan models`; a path to a config.json or a hub id in the local "
+        "Hugging Face cache also works)"
+    )

@@ -1,0 +1,88 @@
+"""Measure what transformers' DynamicCache really holds, byte for byte, on tiny random-weight models.
+
+This is the ground truth for the ``hf`` engine: build ``AutoModelForCausalLM.from_config`` (random
+weights, the config's real layer structure), prefill, decode, then add up the bytes of every distinct
+tensor storage the cache references (views share a storage, so storages are counted once each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan.validate import require_torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheMeasurement:
+    total_bytes: int
+    per_layer_bytes: tuple[int, ...]
+
+
+def _storages(obj: Any, seen: set[int], out: list[int]) -> int:
+    """Bytes of storages reachable from obj (tensors, lists, tuples, dicts) not yet seen."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.numel() == 0 and obj.untyped_storage().nbytes() == 0:
+            return 0
+        storage = obj.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen:
+            return 0
+        seen.add(key)
+        return storage.nbytes()
+    if isinstance(obj, dict):
+        return sum(_storages(v, seen, out) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_storages(v, seen, out) for v in obj)
+    return 0
+
+
+def cache_storage_bytes(cache: Any) -> CacheMeasurement:
+    """Distinct storage bytes held by each layer of a transformers Cache."""
+    seen: set[int] = set()
+    per_layer = []
+    for layer in cache.layers:
+        held = 0
+        for attr in ("keys", "values", "conv_states", "recurrent_states"):
+            held += _storages(getattr(layer, attr, None), seen, [])
+        per_layer.append(held)
+    return CacheMeasurement(total_bytes=sum(per_layer), per_layer_bytes=tuple(per_layer))
+
+
+def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: int = 0) -> Any:
+    """A random-weight causal LM from a config dict (no download, no remote code)."""
+    require_torch()
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = dict(config_dict)
+    model_type = cfg.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model.eval()
+
+
+def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, seed: int = 0) -> CacheMeasurement:
+    """Prefill ``prompt_len`` tokens, decode one token at a time up to ``seq_len`` tokens in the cache,
+    and measure the cache storage. ``seq_len`` must exceed ``prompt_len`` (measured after a decode step).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    if seq_len <= prompt_len:
+        raise ValueError("seq_len must exceed prompt_len: the cache is measured after a decode step")
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        for _ in range(seq_len - prompt_len):
+            nxt = out.logits[:, -1:].argmax(-1)
+            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+    return cache_storage_bytes(cache)

@@ -1,0 +1,6 @@
+"""kvplan's command line: thin commands over the core, rendered with Rich or as JSON."""
+
+from kvplan.cli import size as _size  # noqa: F401  (registers commands)
+from kvplan.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,274 @@
+"""``kvplan size``, ``kvplan models``, ``kvplan show``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.cli.app import app
+from kvplan.cli.format import bytes_cell, format_bytes, print_json
+from kvplan.core.dtypes import get_dtype
+from kvplan.core.engines import ENGINES, get_engine
+from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv
+from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
+from kvplan.errors import InputError
+from kvplan.io.models import bundled_index, load_bundled, load_model
+
+console = Console()
+
+ENGINE_HELP = f"Whose allocation rules: {', '.join(ENGINES)}."
+DTYPE_HELP = "KV dtype: auto (the model's), fp32, bf16, fp16, fp8 (e4m3/e5m2), int8, int4, nvfp4."
+
+
+def format_indices(indices: tuple[int, ...] | list[int]) -> str:
+    """[0,1,2,3,5,7] -> '0-3,5,7'; an arithmetic stride of >2 items -> '1,3,...,31 (every 2nd)'."""
+    idx = list(indices)
+    if len(idx) > 3:
+        step = idx[1] - idx[0]
+        if step > 1 and all(b - a == step for a, b in zip(idx, idx[1:])):
+            return f"{idx[0]},{idx[1]},...,{idx[-1]}"
+    parts, start = [], idx[0]
+    for a, b in zip(idx, idx[1:] + [None]):
+        if b is None or b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    text = ",".join(parts)
+    return text if len(text) <= 20 else f"{idx[0]}..{idx[-1]}, mixed"
+
+
+def resolve_seq_len(spec: ModelSpec, seq_len: Optional[int]) -> tuple[int, bool]:
+    if seq_len is not None:
+        return seq_len, False
+    if spec.max_model_len <= 0:
+        raise InputError(f"{spec.name} gives no maximum context; pass --seq-len")
+    return spec.max_model_len, True
+
+
+def size_notes(spec: ModelSpec, seq_len: int) -> list[str]:
+    notes = list(spec.notes)
+    if 0 < spec.max_model_len < seq_len:
+        notes.append(f"seq_len {seq_len:,} exceeds the model's max context {spec.max_model_len:,}")
+    return notes
+
+
+def size_json(spec: ModelSpec, result: SizeResult, *, seq_len_default: bool, block_size: int, ideal: SizeResult) -> dict[str, Any]:
+    return {
+        "model": result.model,
+        "engine": result.engine,
+        "kv_cache_dtype": result.kv_dtype,
+        "batch": result.batch,
+        "seq_len": result.seq_len,
+        "seq_len_is_model_max": seq_len_default,
+        "tensor_parallel_size": result.tp,
+        "pipeline_parallel_size": result.pp,
+        "num_gpus": result.num_gpus,
+        "block_size": block_size,
+        "bytes_per_token": result.bytes_per_token,
+        "bytes_per_sequence": result.bytes_per_sequence,
+        "total_bytes": result.total_bytes,
+        "per_gpu_bytes": result.per_gpu_bytes,
+        "token_state_bytes": ideal.total_bytes,
+        "layers": [
+            {
+                "kind": g.layer.kind.value,
+                "description": g.description,
+                "count": g.count,
+                "layer_indices": list(g.layer_indices),
+                "tokens_held": g.tokens_held_per_layer,
+                "bytes_per_token": g.bytes_per_token,
+                "bytes_per_sequence": g.bytes_per_sequence,
+                "bytes": g.total_bytes,
+                "per_gpu_bytes": g.per_gpu_bytes,
+                "formula": g.formula,
+            }
+            for g in result.groups
+        ],
+        "notes": size_notes(spec, result.seq_len),
+    }
+
+
+@app.command()
+def size(
+    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json (or its folder)."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Concurrent sequences."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default: the model's max context)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help=DTYPE_HELP),
+    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Tensor parallel size."),
+    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline parallel size."),
+    engine: str = typer.Option("ideal", "--engine", "-e", help=ENGINE_HELP),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (paged engines)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
+    eng = get_engine(engine, block_size=block_size)
+    if kv_cache_dtype != "auto":
+        get_dtype(kv_cache_dtype)
+    spec = load_model(model)
+    seq, defaulted = resolve_seq_len(spec, seq_len)
+    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    if as_json:
+        print_json(size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal))
+        return
+    _render_size(spec, result, eng.describe_rules(), defaulted, ideal)
+
+
+def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, ideal: SizeResult) -> None:
+    seq_note = " (the model's max context; set --seq-len)" if defaulted else ""
+    console.print(f"[bold]{r.model}[/]  engine [cyan]{r.engine}[/]: {rules}")
+    console.print(
+        f"KV dtype {r.kv_dtype} | batch {r.batch:,} x {r.seq_len:,} tokens{seq_note} | "
+        f"tp {r.tp} x pp {r.pp} = {r.num_gpus} GPU{'s' if r.num_gpus > 1 else ''}"
+    )
+    for note in size_notes(spec, r.seq_len):
+        console.print(f"[yellow]note:[/] {note}")
+
+    table = Table(title="Per layer group", title_justify="left")
+    for col in ("layers", "kind", "held/seq", "B/token", "per seq", "total", "per GPU"):
+        table.add_column(col, justify="left" if col in ("layers", "kind") else "right")
+    for g in r.groups:
+        held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"
+        table.add_row(
+            f"{g.count} x [{format_indices(g.layer_indices)}]",
+            g.description,
+            held,
+            format_bytes(g.bytes_per_token),
+            format_bytes(g.bytes_per_sequence),
+            format_bytes(g.total_bytes),
+            format_bytes(g.per_gpu_bytes),
+        )
+    console.print(table)
+
+    summary = Table(show_header=False, box=None)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    summary.add_row("bytes per token", bytes_cell(r.bytes_per_token))
+    summary.add_row("per sequence", bytes_cell(r.bytes_per_sequence))
+    summary.add_row(f"total ({r.num_gpus} GPU{'s' if r.num_gpus > 1 else ''})", bytes_cell(r.total_bytes))
+    summary.add_row("per GPU (most loaded)", bytes_cell(r.per_gpu_bytes))
+    if ideal.total_bytes != r.total_bytes:
+        over = r.total_bytes - ideal.total_bytes
+        summary.add_row("token states only (ideal)", f"{bytes_cell(ideal.total_bytes)}  [{r.engine} adds {format_bytes(over)}]")
+    console.print(summary)
+    console.print("[bold]formula[/] (bytes per token, one sequence):")
+    for g in r.groups:
+        if g.bytes_per_token:
+            console.print(f"  {g.formula} = {g.bytes_per_token:,} B")
+        elif isinstance(g.layer, LinearLayer):
+            console.print(f"  {g.formula} = {g.bytes_per_sequence:,} B per sequence (does not grow with tokens)")
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The bundled model configs."""
+    rows = []
+    for entry in bundled_index().values():
+        spec = load_bundled(entry)
+        dtype = get_dtype(spec.dtype)
+        ideal = get_engine("ideal")
+        per_token = sum(layer_token_bytes(layer, ideal, dtype) for layer in spec.layers)
+        kinds = spec.kind_counts()
+        family = ", ".join(f"{n} {k.value}" for k, n in kinds.items())
+        rows.append(
+            {
+                "name": spec.name,
+                "aliases": list(entry.aliases),
+                "layers": spec.num_layers,
+                "attention": family,
+                "dtype": spec.dtype,
+                "max_model_len": spec.max_model_len,
+                "bytes_per_token": per_token,
+                "source": entry.source,
+            }
+        )
+    if as_json:
+        print_json({"models": rows})
+        return
+    table = Table(title=f"{len(rows)} bundled models (any config.json path or cached hub id works too)")
+    for col in ("name", "hub id", "layers", "attention", "dtype", "max context", "KV bytes/token"):
+        table.add_column(col, justify="right" if col in ("layers", "max context", "KV bytes/token") else "left")
+    for row in rows:
+        table.add_row(
+            row["name"], (row["aliases"] or [""])[0], str(row["layers"]), row["attention"], row["dtype"],
+            f"{row['max_model_len']:,}", format_bytes(row["bytes_per_token"]),
+        )
+    console.print(table)
+
+
+def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
+    dtype = get_dtype(spec.dtype)
+    rows = []
+    for layer, indices in spec.layer_groups():
+        row: dict[str, Any] = {
+            "layers": indices,
+            "kind": layer.kind.value,
+            "description": layer.describe(spec.num_attention_heads),
+        }
+        if isinstance(layer, MLALayer):
+            latent = layer_token_bytes(layer, get_engine("ideal"), dtype)
+            expanded = layer_token_bytes(layer, dataclasses.replace(get_engine("ideal"), mla_latent=False), dtype)
+            row.update(
+                kv_lora_rank=layer.kv_lora_rank, qk_rope_head_dim=layer.qk_rope_head_dim,
+                qk_nope_head_dim=layer.qk_nope_head_dim, v_head_dim=layer.v_head_dim, num_heads=layer.num_heads,
+                latent_bytes_per_token=latent, expanded_bytes_per_token=expanded,
+            )
+        elif isinstance(layer, LinearLayer):
+            conv, state = get_engine("ideal").linear_state_elems(layer)
+            row.update(family=layer.family, conv_elems=conv, state_elems=state,
+                       state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)))
+        elif layer.kind is not LayerKind.NONE:
+            row.update(num_kv_heads=layer.num_kv_heads, k_head_dim=layer.k_head_dim, v_head_dim=layer.v_head_dim,  # type: ignore[union-attr]
+                       window=layer.window or None,  # type: ignore[union-attr]
+                       bytes_per_token=layer_token_bytes(layer, get_engine("ideal"), dtype))
+        rows.append(row)
+    return rows
+
+
+@app.command()
+def show(
+    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The parsed model spec, layer by layer."""
+    spec = load_model(model)
+    rows = _layer_rows(spec)
+    if as_json:
+        print_json({
+            "model": spec.name, "model_type": spec.model_type, "num_layers": spec.num_layers,
+            "num_attention_heads": spec.num_attention_heads, "hidden_size": spec.hidden_size,
+            "dtype": spec.dtype, "max_model_len": spec.max_model_len, "source": spec.source,
+            "provenance": spec.provenance,
+            "groups": rows, "notes": list(spec.notes),
+        })
+        return
+    console.print(f"[bold]{spec.name}[/] ({spec.model_type or 'unknown type'}): {spec.num_layers} layers, "
+                  f"{spec.num_attention_heads} attention heads, hidden {spec.hidden_size:,}, {spec.dtype}, "
+                  f"max context {spec.max_model_len:,}")
+    if spec.source:
+        console.print(f"source: {spec.source}")
+    if spec.provenance:
+        console.print(f"[dim]provenance: {spec.provenance}[/]")
+    for note in spec.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    table = Table()
+    for col in ("layers", "kind", "what is cached", f"KV bytes/token/layer ({spec.dtype})"):
+        table.add_column(col)
+    for row in rows:
+        if row["kind"] == "mla":
+            cached = (f"latent: {row['kv_lora_rank']} + {row['qk_rope_head_dim']} rope, one vector\n"
+                      f"expanded: {row['num_heads']} heads x (K {row['qk_nope_head_dim']}+{row['qk_rope_head_dim']}, V {row['v_head_dim']})")
+            per_tok = f"latent {bytes_cell(row['latent_bytes_per_token'])}\nexpanded {bytes_cell(row['expanded_bytes_per_token'])}"
+        elif row["kind"] == "linear":
+            cached = f"{row['family']}: conv {row['conv_elems']:,} + state {row['state_elems']:,} elems"
+            per_tok = f"fixed {format_bytes(row['state_bytes_per_sequence'])} per sequence"
+        elif row["kind"] == "none":
+            cached, per_tok = "nothing", "0"
+        else:
+            cached = row["description"]
+            per_tok = bytes_cell(row["bytes_per_token"])
+        table.add_row(f"{len(row['layers'])} x [{format_indices(row['layers'])}]", row["kind"], cached, per_tok)
+    console.print(table)

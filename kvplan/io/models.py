@@ -12,8 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from kvplan.core.spec import ModelSpec
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.hf_config import spec_from_hf_config
@@ -29,16 +27,24 @@ def configs_dir() -> Path:
     raise ConfigError(f"bundled configs not found beside {here}; reinstall kvplan")
 
 
-class BundledModel(BaseModel):
-    """One file of configs/models/: a cited subset of the model's config.json."""
+@dataclass(frozen=True)
+class BundledModel:
+    """One file of configs/models/: a cited subset of the model's config.json.
 
-    model_config = ConfigDict(extra="forbid")
+    The file format's validator of record is ``kvplan.io.schemas.BundledModelFile`` (pydantic,
+    unknown keys rejected). A file whose shape is plainly right skips it: building a pydantic model
+    costs more start-up time than the rest of ``kvplan size``.
+    """
 
     name: str
-    aliases: list[str] = []
+    aliases: list[str]
     source: str
-    notes: str = ""
+    notes: str
     config: dict[str, Any]
+
+
+_BUNDLED_TYPES = {"name": str, "aliases": list, "source": str, "notes": str, "config": dict}
+_BUNDLED_REQUIRED = {"name", "source", "config"}
 
 
 @dataclass(frozen=True)
@@ -54,29 +60,43 @@ def bundled_index() -> dict[str, BundledEntry]:
     """name -> entry for every bundled model."""
     out: dict[str, BundledEntry] = {}
     for path in sorted((configs_dir() / "models").glob("*.yaml")):
-        model = parse_model(path, BundledModel, load_yaml(path))
-        assert isinstance(model, BundledModel)
+        model = _read_bundled(path)
         out[model.name] = BundledEntry(model.name, tuple(model.aliases), model.source, path)
     return out
 
 
 def _lookup_bundled(ref: str) -> BundledEntry | None:
-    models = configs_dir() / "models"
     key = ref.strip().lower()
-    direct = models / f"{key}.yaml"
-    if direct.is_file():  # fast path: no need to read every file
-        for entry in bundled_index().values():
-            if entry.path == direct:
-                return entry
+    direct = configs_dir() / "models" / f"{key}.yaml"
+    if direct.is_file():  # fast path: a bundled name needs only its own file read
+        model = _read_bundled(direct)
+        return BundledEntry(model.name, tuple(model.aliases), model.source, direct)
     for entry in bundled_index().values():
         if key == entry.name.lower() or key in (a.lower() for a in entry.aliases):
             return entry
     return None
 
 
+def _read_bundled(path: Path) -> BundledModel:
+    data = load_yaml(path)
+    plainly_right = (
+        isinstance(data, dict)
+        and _BUNDLED_REQUIRED <= data.keys() <= _BUNDLED_TYPES.keys()
+        and all(isinstance(data[k], t) for k, t in _BUNDLED_TYPES.items() if k in data)
+        and all(isinstance(a, str) for a in data.get("aliases", []))
+    )
+    if not plainly_right:
+        from kvplan.io.schemas import BundledModelFile
+
+        data = parse_model(path, BundledModelFile, data).model_dump()
+    return BundledModel(
+        name=data["name"], aliases=list(data.get("aliases", [])), source=data["source"],
+        notes=data.get("notes", ""), config=data["config"],
+    )
+
+
 def load_bundled(entry: BundledEntry) -> ModelSpec:
-    model = parse_model(entry.path, BundledModel, load_yaml(entry.path))
-    assert isinstance(model, BundledModel)
+    model = _read_bundled(entry.path)
     return spec_from_hf_config(
         model.config, name=model.name, origin=str(entry.path), source=model.source, provenance=model.notes
     )
@@ -104,8 +124,7 @@ def _from_file(path: Path) -> ModelSpec:
     if path.suffix in (".yaml", ".yml"):
         data = load_yaml(path)
         if isinstance(data, dict) and "config" in data and "name" in data:
-            model = parse_model(path, BundledModel, data)
-            assert isinstance(model, BundledModel)
+            model = _read_bundled(path)
             return spec_from_hf_config(model.config, name=model.name, origin=str(path), source=model.source)
     else:
         data = load_json(path)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pydantic is imported only when a file is validated (it costs start-up time)
+    from pydantic import BaseModel, ValidationError
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from kvplan.errors import ConfigError
 
@@ -65,7 +67,7 @@ def yaml_key_lines(path: Path) -> dict[tuple[str | int, ...], int]:
     return lines
 
 
-def validation_message(path: Path, exc: ValidationError, data_lines: dict | None = None) -> str:
+def validation_message(path: Path, exc: "ValidationError", data_lines: dict | None = None) -> str:
     """One line per problem: ``file.yaml: line 4: requests.rate: must be > 0 (got -3)``."""
     out = []
     for err in exc.errors():
@@ -87,7 +89,9 @@ def validation_message(path: Path, exc: ValidationError, data_lines: dict | None
     return "\n".join(out)
 
 
-def parse_model(path: Path, model: type[BaseModel], data: Any) -> BaseModel:
+def parse_model(path: Path, model: "type[BaseModel]", data: Any) -> "BaseModel":
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -24,6 +24,8 @@ TINY = {
                         num_key_value_heads=1, head_dim=16, sliding_window=6),
     "falcon-mqa": dict(model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                        multi_query=True, new_decoder_architecture=False, vocab_size=128, alibi=False),
+    "falcon-new-arch-gqa": dict(model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                num_kv_heads=2, new_decoder_architecture=True, vocab_size=128, alibi=False),
     "gpt2-mha": dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=256,
                      bos_token_id=0, eos_token_id=0),
     "deepseek-v3-mla": dict(_BASE, model_type="deepseek_v3", moe_intermediate_size=32, num_hidden_layers=2,

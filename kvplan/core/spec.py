@@ -108,6 +108,39 @@ Layer = Union[AttentionLayer, MLALayer, LinearLayer, NoCacheLayer]
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoEShape:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    shared_intermediate: int = 0  # all shared experts together (0: none)
+    shared_gate: bool = False  # Qwen's sigmoid gate on the shared expert (hidden -> 1)
+    bias: bool = False  # expert and router biases (gpt-oss)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchShape:
+    """What a parameter count needs beyond the cached layers."""
+
+    vocab_size: int
+    hidden_size: int
+    tie_word_embeddings: bool
+    position_embeddings: int = 0  # learned absolute positions (GPT-2, OPT)
+    q_head_dim: int = 0  # per query head; 0: the layer's K head dim
+    qkv_bias: bool = False
+    o_bias: bool = False
+    gated_mlp: bool = True  # SwiGLU-style gate+up+down vs up+down
+    intermediate_size: int = 0  # dense MLP
+    mlp_bias: bool = False
+    moe: MoEShape | None = None
+    moe_layers: tuple[bool, ...] = ()  # per layer: routed experts instead of the dense MLP
+    norms_per_layer: int = 2
+    norm_bias: bool = False
+    q_lora_rank: int = 0
+    linear_layer_params: int = 0  # one linear-attention / Mamba layer's mixer, all projections included
+    extra_params: int = 0  # parameters outside the decoder stack kvplan does not break down (noted)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str
     layers: tuple[Layer, ...]
@@ -123,6 +156,7 @@ class ModelSpec:
     # "hf_kv_broadcast": transformers' Falcon (new_decoder_architecture) repeats K/V to every query
     # head before caching (models/falcon/modeling_falcon.py, FalconAttention.forward).
     quirks: frozenset[str] = frozenset()
+    arch: ArchShape | None = None  # for weight memory; None when the config does not say enough
     raw_config: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

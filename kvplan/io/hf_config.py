@@ -27,6 +27,7 @@ from typing import Any
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
 from kvplan.errors import ConfigError, InputError
+from kvplan.io.arch import arch_from_config
 
 
 class _Cfg:
@@ -80,8 +81,8 @@ _LAYER_TYPE_KINDS = {
 # unless noted.
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"max_position_embeddings": 2048},  # FalconConfig.max_position_embeddings
-    "gemma3_text": {"max_position_embeddings": 131_072, "sliding_window": 4096},  # Gemma3TextConfig
-    "gemma3": {"max_position_embeddings": 131_072, "sliding_window": 4096},
+    "gemma3_text": {"max_position_embeddings": 131_072, "sliding_window": 4096, "vocab_size": 262_208},  # Gemma3TextConfig
+    "gemma3": {"max_position_embeddings": 131_072, "sliding_window": 4096, "vocab_size": 262_208},
     "gemma2": {"sliding_window": 4096},  # Gemma2Config
     "gpt_oss": {"torch_dtype": "bfloat16", "sliding_window": 128},  # model card: bf16 outside MXFP4 experts
     "gpt2": {"torch_dtype": "float32", "n_positions": 1024},  # the released checkpoints are float32
@@ -281,6 +282,9 @@ def spec_from_hf_config(
                 layers.append(
                     AttentionLayer(kind=kind, num_kv_heads=kv_heads, k_head_dim=head_dim, v_head_dim=v_head_dim, window=size)
                 )
+    arch = arch_from_config(cfg, model_type=model_type, layers=tuple(layers), hidden=hidden)
+    if isinstance(raw.get("vision_config"), dict):
+        notes.append("the vision tower's weights are not counted (language model only)")
     quirks: set[str] = set()
     if model_type == "falcon" and cfg.get("new_decoder_architecture", False):
         quirks.add("hf_kv_broadcast")
@@ -295,6 +299,7 @@ def spec_from_hf_config(
         model_type=model_type,
         source=source,
         provenance=provenance,
+        arch=arch,
         notes=tuple(notes),
         raw_config=raw,
     )

@@ -17,3 +17,25 @@ class BundledModelFile(BaseModel):
     source: str
     notes: str = ""
     config: dict[str, Any]
+
+
+class GPUEntry(BaseModel):
+    """One GPU of configs/gpus.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    aliases: list[str] = []
+    vendor: str
+    memory_bytes: int
+    memory_source: str
+    hbm_bandwidth_bytes_per_s: int
+    bf16_dense_tflops: float | None
+    fp8_dense_tflops: float | None
+    source: str
+
+
+class GPUCatalogFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: list[GPUEntry]

@@ -1,0 +1,169 @@
+"""``kvplan fit`` and ``kvplan gpus``."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.cli.app import app
+from kvplan.cli.format import bytes_cell, format_bytes, print_json
+from kvplan.core.capacity.common import FitRequest, FitResult
+from kvplan.core.capacity.fit import FITTERS, WhatIf, fit, what_if
+from kvplan.io.gpus import get_gpu, gpu_catalog
+from kvplan.io.models import load_model
+from kvplan.io.units import parse_size
+
+console = Console()
+_BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
+               "kv_cache": "green", "unused": "grey50"}
+
+
+def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
+    return None if value is None else parse_size(value, what=flag)
+
+
+def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, Any]:
+    return {
+        "model": model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
+        "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp, "kv_cache_dtype": r.kv_dtype,
+        "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
+        "kv_cache_memory_bytes": r.kv_cache_memory_bytes, "block_size": r.block_size,
+        "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "kv_cache_tokens": r.kv_cache_tokens,
+        "max_concurrency": round(r.max_concurrency, 4), "max_model_len_fit": r.max_model_len_fit, "fits": r.fits,
+        "reasons": list(r.reasons), "breakdown": r.breakdown.as_dict(), "estimated": list(r.estimated),
+        "settings": r.settings, "params": r.params, "notes": list(r.notes),
+        "what_if": [
+            {"change": w.change, "error": w.error or None,
+             **({"fits": w.result.fits, "kv_cache_memory_bytes": w.result.kv_cache_memory_bytes,
+                 "max_concurrency": round(w.result.max_concurrency, 4),
+                 "max_model_len_fit": w.result.max_model_len_fit} if w.result else {})}
+            for w in alternatives
+        ],
+    }
+
+
+def _bar(r: FitResult, width: int = 60) -> str:
+    total = max(r.gpu.memory_bytes, sum(r.breakdown.as_dict().values()))  # over-full: the bar shows the excess
+    parts = []
+    for key, value in r.breakdown.as_dict().items():
+        n = round(width * value / total) if total else 0
+        if n:
+            parts.append(f"[{_BAR_COLORS[key]}]{'█' * n}[/]")
+    return "".join(parts)
+
+
+@app.command(name="fit")
+def fit_cmd(
+    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name (see `kvplan gpus`)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Custom GPU memory, e.g. 24GiB."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help=f"Budget rules: {', '.join(FITTERS)}."),
+    utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context per request (default: the model's)."),
+    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+    weight_dtype: str = typer.Option("auto", "--weight-dtype", help="auto (the checkpoint's), bf16, fp16, fp8, int8, int4-g128, mxfp4."),
+    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="KV memory per GPU, skipping the budget."),
+    weights_memory: Optional[str] = typer.Option(None, "--weights-memory", help="Measured weights per GPU, e.g. 14.99GiB."),
+    activation_memory: Optional[str] = typer.Option(None, "--activation-memory"),
+    non_torch_memory: Optional[str] = typer.Option(None, "--non-torch-memory"),
+    cuda_graph_memory: Optional[str] = typer.Option(None, "--cuda-graph-memory"),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="Requests of max-model-len tokens that must fit at once."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
+    gpu_spec = get_gpu(gpu, memory=gpu_memory)
+    spec = load_model(model)
+    req = FitRequest(
+        spec=spec, gpu=gpu_spec, engine=engine, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
+        gpu_memory_utilization=utilization, max_model_len=max_model_len, block_size=block_size,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        kv_cache_memory_bytes=_size_opt(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
+        weights_memory=_size_opt(weights_memory, "--weights-memory"),
+        activation_memory=_size_opt(activation_memory, "--activation-memory"),
+        non_torch_memory=_size_opt(non_torch_memory, "--non-torch-memory"),
+        cuda_graph_memory=_size_opt(cuda_graph_memory, "--cuda-graph-memory"),
+        enforce_eager=enforce_eager, concurrency=concurrency,
+    )
+    result = fit(req)
+    alternatives = what_if(req, result) if not result.fits else []
+    if as_json:
+        print_json(fit_json(spec.name, result, alternatives))
+    else:
+        _render(spec.name, result, alternatives)
+    if not result.fits:
+        raise typer.Exit(1)
+
+
+def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
+    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
+    console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
+                  f"engine [cyan]{r.engine}[/], tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, weights {r.weight_dtype}")
+    console.print(f"[dim]{settings}; max_model_len {r.max_model_len:,}[/]")
+    for note in r.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    table = Table(title="Memory per GPU (the binding one)", title_justify="left")
+    table.add_column("component")
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    for key, value in r.breakdown.as_dict().items():
+        tag = "estimate" if key in r.estimated else ""
+        table.add_row(f"[{_BAR_COLORS[key]}]{key.replace('_', ' ')}[/]", format_bytes(value),
+                      f"{100 * value / r.gpu.memory_bytes:.1f}%", tag)
+    console.print(table)
+    console.print(_bar(r))
+    summary = Table(show_header=False, box=None)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
+    summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
+    summary.add_row("KV cache tokens", f"{r.kv_cache_tokens:,}")
+    summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
+    summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit:,}")
+    console.print(summary)
+    if r.fits:
+        console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
+        return
+    for reason in r.reasons:
+        console.print(f"[bold red]does not fit[/]: {reason}")
+    if alternatives:
+        wt = Table(title="What would make it fit", title_justify="left")
+        for col in ("change", "fits", "KV per GPU", "max concurrency", "longest context"):
+            wt.add_column(col, justify="left" if col == "change" else "right")
+        for w in alternatives:
+            if w.result is None:
+                wt.add_row(w.change, "error", w.error, "", "")
+            else:
+                wt.add_row(w.change, "[green]yes[/]" if w.result.fits else "[red]no[/]",
+                           format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
+                           f"{w.result.max_model_len_fit:,}")
+        console.print(wt)
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The GPU catalog: memory as the driver reports it, bandwidth, dense throughput."""
+    rows = [{"name": g.name, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,
+             "hbm_bandwidth_bytes_per_s": g.hbm_bandwidth_bytes_per_s, "bf16_dense_tflops": g.bf16_dense_tflops,
+             "fp8_dense_tflops": g.fp8_dense_tflops, "source": g.source} for g in gpu_catalog()]
+    if as_json:
+        print_json({"gpus": rows})
+        return
+    table = Table(title=f"{len(rows)} GPUs (or --gpu-memory 24GiB for any other)")
+    for col in ("name", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for row in rows:
+        table.add_row(row["name"], format_bytes(row["memory_bytes"]),
+                      f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
+                      f"{row['bf16_dense_tflops']:g}" if row["bf16_dense_tflops"] else "-",
+                      f"{row['fp8_dense_tflops']:g}" if row["fp8_dense_tflops"] else "-")
+    console.print(table)

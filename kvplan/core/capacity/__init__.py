@@ -1,0 +1,1 @@
+"""Capacity planning: per-engine memory budgets, KV blocks, concurrency, the longest context that fits."""

@@ -1,0 +1,125 @@
+"""What a fit question is, what its answer holds, and the pieces every engine's budget shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.gpus import GPUSpec
+from kvplan.core.sizing import pp_stages
+from kvplan.core.spec import ModelSpec
+from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
+from kvplan.errors import ConfigError, InputError
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitRequest:
+    spec: ModelSpec
+    gpu: GPUSpec
+    engine: str = "vllm"
+    tp: int = 1
+    pp: int = 1
+    kv_dtype: str = "auto"
+    weight_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None  # engine default when None
+    max_model_len: int | None = None  # the model's max context when None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_memory_bytes: int | None = None  # skip the budget: KV memory per GPU given
+    weights_memory: int | None = None  # measured overrides, per GPU
+    activation_memory: int | None = None
+    non_torch_memory: int | None = None
+    cuda_graph_memory: int | None = None
+    enforce_eager: bool = False
+    concurrency: int | None = None  # requests of max_model_len tokens that must fit at once
+
+
+@dataclass(frozen=True, kw_only=True)
+class Breakdown:
+    """Bytes on the binding GPU. ``unused`` is what the engine leaves alone (1 - utilization)."""
+
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graph: int
+    kv_cache: int
+    unused: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"weights": self.weights, "activation": self.activation, "non_torch": self.non_torch,
+                "cuda_graph": self.cuda_graph, "kv_cache": self.kv_cache, "unused": self.unused}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitResult:
+    engine: str
+    gpu: GPUSpec
+    tp: int
+    pp: int
+    kv_dtype: str
+    weight_dtype: str
+    max_model_len: int
+    breakdown: Breakdown
+    kv_cache_memory_bytes: int
+    block_size: int
+    page_size_bytes: int  # one block across the layers that share it (engine's allocation unit)
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len_fit: int  # the longest max_model_len one request can have (0: none)
+    fits: bool
+    reasons: tuple[str, ...]
+    estimated: tuple[str, ...]  # breakdown components that are estimates, not given
+    settings: dict[str, float | int | str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    params: int = 0
+
+
+def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str) -> KVDtype:
+    return get_dtype(spec.dtype if kv_dtype == "auto" else kv_dtype)
+
+
+def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
+    """Weight bytes per GPU in the requested (or the checkpoint's) format, and notes."""
+    spec = req.spec
+    notes: list[str] = []
+    if spec.arch is None:
+        if req.weights_memory is None:
+            raise ConfigError(f"{spec.name}: the config does not say enough to count weights (vocab_size missing); "
+                              "pass --weights-memory, e.g. --weights-memory 14.99GiB")
+        return None, notes
+    keep = get_weight_format(spec.dtype)
+    quant = spec.raw_config.get("quantization_config") or (spec.raw_config.get("text_config") or {}).get("quantization_config")
+    method = (quant or {}).get("quant_method") if isinstance(quant, dict) else None
+    expert_fmt = None
+    if req.weight_dtype != "auto":
+        fmt = get_weight_format(req.weight_dtype)
+    elif method == "fp8":
+        fmt = get_weight_format("fp8")
+        notes.append("weights: the checkpoint is FP8 (quantization_config), block scales counted")
+    elif method == "mxfp4":
+        fmt, expert_fmt = keep, get_weight_format("mxfp4")
+        notes.append("weights: routed experts are MXFP4 (quantization_config), the rest in the model dtype")
+    elif method in ("awq", "gptq"):
+        fmt = get_weight_format("int4-g128")
+    else:
+        fmt = keep
+    stages = pp_stages(spec.num_layers, req.pp)
+    return weight_bytes(spec, spec.arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages), notes
+
+
+def check_request(req: FitRequest) -> None:
+    util = req.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise InputError(f"gpu memory utilization must be in (0, 1] (got {util}); e.g. 0.9")
+    for name, value in (("max_model_len", req.max_model_len), ("max_num_seqs", req.max_num_seqs),
+                        ("max_num_batched_tokens", req.max_num_batched_tokens), ("concurrency", req.concurrency)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be >= 1 (got {value})")
+    if req.spec.num_attention_heads % req.tp and req.engine in ("vllm", "sglang", "trtllm"):
+        raise InputError(f"{req.engine} needs tensor parallel size {req.tp} to divide the "
+                         f"{req.spec.num_attention_heads} attention heads; try tp = "
+                         + ", ".join(str(d) for d in (1, 2, 4, 8, 16) if req.spec.num_attention_heads % d == 0))

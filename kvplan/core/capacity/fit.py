@@ -1,0 +1,67 @@
+"""``fit``: dispatch to the engine's budget, and what to change when it does not fit."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kvplan.core.capacity.common import FitRequest, FitResult, check_request
+from kvplan.core.capacity.sglang import fit_sglang
+from kvplan.core.capacity.trtllm import fit_trtllm
+from kvplan.core.capacity.vllm import DEFAULT_UTILIZATION, fit_vllm
+from kvplan.core.spec import AttentionLayer
+from kvplan.errors import InputError, KvplanError
+
+FITTERS = {"vllm": fit_vllm, "sglang": fit_sglang, "trtllm": fit_trtllm}
+
+
+def fit(req: FitRequest) -> FitResult:
+    if req.engine not in FITTERS:
+        raise InputError(f"fit knows the budgets of {', '.join(FITTERS)}; not {req.engine!r}")
+    check_request(req)
+    return FITTERS[req.engine](req)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatIf:
+    change: str
+    result: FitResult | None
+    error: str = ""
+
+
+def _tp_allowed(req: FitRequest, tp: int) -> bool:
+    spec = req.spec
+    if spec.num_attention_heads % tp:
+        return False
+    for layer in spec.layers:
+        if isinstance(layer, AttentionLayer):
+            kv = layer.num_kv_heads
+            if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+                return False
+    return True
+
+
+def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
+    """Alternatives a user can try, each fitted with the same rules."""
+    options: list[tuple[str, FitRequest]] = []
+    if base.kv_dtype not in ("fp8_e4m3", "fp8_e5m2", "int4", "nvfp4"):
+        options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
+    for tp in (req.tp * 2, req.tp * 4):
+        if tp <= 8 and _tp_allowed(req, tp):
+            options.append((f"--tensor-parallel-size {tp}", dataclasses.replace(req, tp=tp)))
+    if 0 < base.max_model_len_fit < base.max_model_len:
+        options.append((f"--max-model-len {base.max_model_len_fit:,}",
+                        dataclasses.replace(req, max_model_len=base.max_model_len_fit)))
+    util = base.settings.get("gpu_memory_utilization") or base.settings.get("mem_fraction_static") or base.settings.get(
+        "free_gpu_memory_fraction") or DEFAULT_UTILIZATION
+    if float(util) < 0.95:
+        options.append(("--gpu-memory-utilization 0.95", dataclasses.replace(req, gpu_memory_utilization=0.95)))
+    if req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
+        options.append(("--weight-dtype fp8 (an FP8 checkpoint)", dataclasses.replace(req, weight_dtype="fp8")))
+    out = []
+    for label, alt in options:
+        try:
+            out.append(WhatIf(change=label, result=fit(alt)))
+        except KvplanError as exc:
+            out.append(WhatIf(change=label, result=None, error=str(exc)))
+    return out

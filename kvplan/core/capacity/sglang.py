@@ -1,0 +1,137 @@
+"""SGLang's memory budget: ``mem_fraction_static`` and the token pool (``max_total_num_tokens``).
+
+Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research.md):
+- ``server_args.py:_handle_gpu_memory_settings``: by GPU memory (MiB) a chunked-prefill size and a
+  CUDA-graph batch size are chosen; reserved = 512 + 1.5 x max(chunk, 2048) + 2 x cuda_graph_max_bs
+  + tp x pp / 8 x 1024 MiB, at least 10,240 MiB above 60 GiB; mem_fraction_static =
+  round((memory - reserved) / memory, 3) (0.835 on an H100 at tp 1).
+- ``model_executor/model_runner_kv_cache_mixin.py``: rest = memory free after loading weights -
+  memory free before loading x (1 - mem_fraction_static); max_total_num_tokens = rest // cell_size,
+  cell_size = the KV bytes of one token over this rank's attention layers (the MLA latent is not
+  divided by TP). Activations and CUDA graphs live in the (1 - mem_fraction_static) reserve.
+- Hybrid SWA models split the pool: full_tokens = tokens x (F + S) / (F + r x S) with r =
+  ``swa_full_tokens_ratio`` 0.8 (F, S: bytes per token of the full and sliding layers); mamba
+  hybrids give r / (1 + r) of the rest (r = ``mamba_full_memory_ratio`` 0.9) to mamba states.
+"""
+
+from __future__ import annotations
+
+from kvplan.core.capacity import estimates
+from kvplan.core.capacity.common import Breakdown, FitRequest, FitResult, GiB, model_weights, resolve_kv_dtype
+from kvplan.core.engines import get_engine
+from kvplan.core.sizing import pp_stages, size_kv
+from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer
+from kvplan.errors import ConfigError
+
+MiB = 1 << 20
+SWA_FULL_TOKENS_RATIO = 0.8
+MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
+    mem_mib = memory_bytes / MiB
+    big = tp >= 4
+    if mem_mib < 20 * 1024:
+        chunk, graph_bs = 2048, 8
+    elif mem_mib < 35 * 1024:
+        chunk, graph_bs = 2048, 80 if big else 24
+    elif mem_mib < 60 * 1024:
+        chunk, graph_bs = 4096, 160 if big else 32
+    elif mem_mib < 160 * 1024:
+        chunk, graph_bs = 8192, 512 if big else 256
+    else:
+        chunk, graph_bs = 16384, 512
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if mem_mib > 60 * 1024:
+        reserved = max(reserved, 10240)
+    return round((mem_mib - reserved) / mem_mib, 3)
+
+
+def fit_sglang(req: FitRequest) -> FitResult:
+    spec, gpu = req.spec, req.gpu
+    frac = req.gpu_memory_utilization or default_mem_fraction_static(gpu.memory_bytes, req.tp, req.pp)
+    max_len = req.max_model_len or spec.max_model_len
+    if max_len <= 0:
+        raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
+    weights, notes = model_weights(req)
+    estimated: set[str] = set()
+    eng = get_engine("sglang", block_size=req.block_size) if req.block_size else get_engine("sglang")
+    dtype = resolve_kv_dtype(spec, req.kv_dtype)
+    stages = pp_stages(spec.num_layers, req.pp)
+    nt = req.non_torch_memory
+    if nt is None:
+        nt = estimates.non_torch_bytes(req.tp, req.pp)
+        estimated.add("non_torch")
+    a = req.activation_memory
+    if a is None:
+        a = estimates.activation_peak_bytes(spec, tokens=8192 if gpu.memory_bytes > 60 * GiB else 4096,
+                                            max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
+                                            act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1))
+        estimated.add("activation")
+    cg = req.cuda_graph_memory if req.cuda_graph_memory is not None else estimates.cuda_graph_bytes(
+        spec, enforce_eager=req.enforce_eager, pp=req.pp)
+    if req.cuda_graph_memory is None and cg:
+        estimated.add("cuda_graph")
+    free_before = gpu.memory_bytes - nt
+
+    best = None
+    for s, layer_range in enumerate(stages):
+        layers = [spec.layers[i] for i in layer_range]
+        w = req.weights_memory if req.weights_memory is not None else weights.per_stage_bytes[s]  # type: ignore[union-attr]
+        rest = req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None else int(free_before * frac) - w
+        full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
+                        if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING) and not isinstance(x, LinearLayer))
+        swa_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
+                       if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
+        mamba_per_req = sum(eng.linear_state_bytes(x, spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
+        kv_rest = rest
+        mamba_slots = None
+        if mamba_per_req and rest > 0:
+            mamba_mem = int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
+            mamba_slots = mamba_mem // mamba_per_req
+            kv_rest = rest - mamba_mem
+        cell = full_cell + swa_cell
+        tokens = max(0, kv_rest) // cell if cell else 0
+        full_tokens = tokens
+        if swa_cell and full_cell:
+            full_tokens = int(tokens * (full_cell + swa_cell) / (full_cell + SWA_FULL_TOKENS_RATIO * swa_cell))
+        candidate = (full_tokens, rest, w, tokens, mamba_slots, layers)
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    assert best is not None
+    full_tokens, rest, w, tokens, mamba_slots, layers = best
+    page = eng.block_size
+    tokens = tokens // page * page
+    per_req = size_kv(spec, eng, batch=1, seq_len=max_len, kv_dtype=req.kv_dtype, tp=req.tp, pp=req.pp)
+    attn_per_req = sum(g.per_gpu_bytes for g in per_req.groups if g.layer.kind is not LayerKind.LINEAR)
+    kv_bytes = max(0, rest)  # the token pool, and the mamba state pool of hybrids
+    concurrency = full_tokens / max_len if max_len else 0.0
+    if mamba_slots is not None:
+        concurrency = min(concurrency, float(mamba_slots))
+    # longest context one request can have: its full-attention tokens must fit the full pool
+    max_fit = min(full_tokens, max(spec.max_model_len, max_len)) if attn_per_req else max(spec.max_model_len, max_len)
+    reasons = []
+    if rest <= 0:
+        reasons.append(f"weights {w / GiB:.2f} GiB exceed mem_fraction_static {frac} x {free_before / GiB:.2f} GiB "
+                       f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
+    elif full_tokens < max_len:
+        reasons.append(f"the token pool holds {full_tokens:,} tokens, fewer than one request of {max_len:,}")
+    if req.concurrency and concurrency < req.concurrency and not reasons:
+        reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens need {req.concurrency * max_len:,} "
+                       f"pool tokens; {full_tokens:,} fit ({concurrency:.2f} requests)")
+    reserve = gpu.memory_bytes - max(0, rest) - w - nt
+    if reserve < a + cg:
+        notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated activation "
+                     f"+ CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower mem_fraction_static")
+    kv_shown = max(0, kv_bytes)
+    return FitResult(
+        engine="sglang", gpu=gpu, tp=req.tp, pp=req.pp, kv_dtype=dtype.name,
+        weight_dtype=weights.format if weights else "given", max_model_len=max_len,
+        breakdown=Breakdown(weights=w, activation=a, non_torch=nt, cuda_graph=cg, kv_cache=kv_shown,
+                            unused=max(0, gpu.memory_bytes - w - a - nt - cg - kv_shown)),
+        kv_cache_memory_bytes=kv_shown, block_size=page, page_size_bytes=page * (sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers if not isinstance(x, LinearLayer))),
+        num_blocks=tokens // page, kv_cache_tokens=tokens, max_concurrency=concurrency, max_model_len_fit=max_fit,
+        fits=not reasons, reasons=tuple(reasons), estimated=tuple(sorted(estimated)),
+        settings={"mem_fraction_static": frac, "page_size": page}, notes=tuple(notes),
+        params=weights.params if weights else 0,
+    )

@@ -1,0 +1,22 @@
+"""A GPU as the planner sees it: memory the driver reports, bandwidth, peak throughput."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    name: str
+    memory_bytes: int  # total as CUDA reports it (torch.cuda.mem_get_info()[1])
+    hbm_bandwidth_bytes_per_s: int = 0
+    bf16_dense_tflops: float | None = None
+    fp8_dense_tflops: float | None = None
+    vendor: str = ""
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def is_a100_class(self) -> bool:
+        """vLLM lowers its batching defaults on A100s (vllm/engine/arg_utils.py)."""
+        return self.name.upper().startswith(("A100", "A800"))

@@ -1,0 +1,208 @@
+"""Weight memory from the architecture: parameter counts by component, times the weight format.
+
+Counts follow the module shapes of the reference implementations (transformers' modeling files):
+attention projections (MLA's low-rank ones included), dense MLP (gated or plain), MoE routed and
+shared experts with their router, linear-attention / Mamba projections, norms, embeddings (tied or
+not, learned positions). Pure: no I/O.
+
+Under tensor parallelism every projection, expert and the vocabulary are split over the ranks; norms,
+routers and MLA's down-projections (``q_a_proj``, ``kv_a_proj_with_mqa``, replicated linears in vLLM)
+are held whole by every rank. Under pipeline parallelism the embedding sits on the first stage and
+the LM head on the last (vLLM ``get_pp_indices`` for the layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec, MoEShape
+from kvplan.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightFormat:
+    """How weights are stored: bits per value plus per-group scale/zero overhead."""
+
+    name: str
+    bits: int
+    group_elems: int = 0
+    group_overhead_bits: int = 0
+    description: str = ""
+
+    def bytes_for(self, num_params: int) -> int:
+        data_bits = num_params * self.bits
+        if self.group_elems:
+            data_bits += -(-num_params // self.group_elems) * self.group_overhead_bits
+        return -(-data_bits // 8)
+
+
+# Sources: bf16/fp16/fp32 widths; fp8 block: DeepSeek-V3 config.json quantization_config
+# (weight_block_size [128, 128], one fp32 scale per block); int8: per-output-channel fp16 scales,
+# counted per 4096 values; int4-g128: AWQ/GPTQ (one fp16 scale and one 4-bit zero per 128 values);
+# mxfp4: OCP Microscaling spec (E2M1 values, one 8-bit E8M0 scale per 32), as gpt-oss ships experts.
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat(name="fp32", bits=32),
+        WeightFormat(name="bf16", bits=16),
+        WeightFormat(name="fp16", bits=16),
+        WeightFormat(name="fp8", bits=8, group_elems=128 * 128, group_overhead_bits=32, description="FP8, fp32 scale per 128x128 block"),
+        WeightFormat(name="int8", bits=8, group_elems=4096, group_overhead_bits=16, description="INT8, fp16 per-channel scales"),
+        WeightFormat(name="int4-g128", bits=4, group_elems=128, group_overhead_bits=20, description="INT4 (AWQ/GPTQ), fp16 scale + 4-bit zero per 128"),
+        WeightFormat(name="mxfp4", bits=4, group_elems=32, group_overhead_bits=8, description="MXFP4, E8M0 scale per 32"),
+    )
+}
+_FORMAT_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "int4": "int4-g128", "awq": "int4-g128",
+                   "gptq": "int4-g128", "fp8_e4m3": "fp8"}
+
+
+def get_weight_format(name: str) -> WeightFormat:
+    key = _FORMAT_ALIASES.get(name.lower(), name.lower())
+    try:
+        return WEIGHT_FORMATS[key]
+    except KeyError:
+        raise InputError(f"unknown weight dtype {name!r}; use one of: auto, {', '.join(WEIGHT_FORMATS)}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCounts:
+    """Parameters by where they live. *_split are divided by TP; *_whole are held by every rank."""
+
+    embedding: int
+    lm_head: int  # 0 when tied
+    layers_split: tuple[int, ...]  # attention + mixer + MLP weights split over TP
+    layers_experts: tuple[int, ...]  # routed-expert weights (split over TP or experts)
+    layers_whole: tuple[int, ...]  # norms, routers, replicated down-projections
+    final_norm: int
+    extra: int
+
+    @property
+    def total(self) -> int:
+        return (self.embedding + self.lm_head + sum(self.layers_split) + sum(self.layers_experts)
+                + sum(self.layers_whole) + self.final_norm + self.extra)
+
+    def active(self, moe: MoEShape | None) -> int:
+        """Parameters one token touches (routed experts scaled to experts_per_token)."""
+        if moe is None:
+            return self.total
+        experts = sum(self.layers_experts)
+        return self.total - experts + experts * moe.experts_per_token // moe.num_experts
+
+
+def _attention_params(layer: Layer, arch: ArchShape, num_heads: int) -> tuple[int, int]:
+    """(split, whole) parameters of one layer's token mixer."""
+    h = arch.hidden_size
+    if isinstance(layer, AttentionLayer):
+        q_dim = num_heads * (arch.q_head_dim or layer.k_head_dim)
+        k_dim = layer.num_kv_heads * layer.k_head_dim
+        v_dim = layer.num_kv_heads * layer.v_head_dim
+        split = h * (q_dim + k_dim + v_dim) + num_heads * layer.v_head_dim * h
+        if arch.qkv_bias:
+            split += q_dim + k_dim + v_dim
+        if arch.o_bias:
+            split += h
+        return split, 0
+    if isinstance(layer, MLALayer):
+        qk_dim = layer.qk_nope_head_dim + layer.qk_rope_head_dim
+        whole = h * (layer.kv_lora_rank + layer.qk_rope_head_dim) + layer.kv_lora_rank  # kv_a + kv_a_layernorm
+        if arch.q_lora_rank:
+            whole += h * arch.q_lora_rank + arch.q_lora_rank  # q_a + q_a_layernorm
+            split = arch.q_lora_rank * layer.num_heads * qk_dim
+        else:
+            split = h * layer.num_heads * qk_dim
+        split += layer.kv_lora_rank * layer.num_heads * (layer.qk_nope_head_dim + layer.v_head_dim)  # kv_b
+        split += layer.num_heads * layer.v_head_dim * h  # o_proj
+        return split, whole
+    if isinstance(layer, LinearLayer):
+        return arch.linear_layer_params, 0
+    return 0, 0
+
+
+def _mlp_params(arch: ArchShape, width: int) -> int:
+    h = arch.hidden_size
+    mats = 3 if arch.gated_mlp else 2
+    bias = (width * (mats - 1) + h) if arch.mlp_bias else 0
+    return mats * h * width + bias
+
+
+def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
+    h = arch.hidden_size
+    split, experts, whole = [], [], []
+    for i, layer in enumerate(spec.layers):
+        s, w = _attention_params(layer, arch, spec.num_attention_heads)
+        e = 0
+        moe_here = arch.moe is not None and i < len(arch.moe_layers) and arch.moe_layers[i]
+        if moe_here:
+            assert arch.moe is not None
+            m = arch.moe
+            per_expert = 3 * h * m.expert_intermediate + (2 * m.expert_intermediate + h if m.bias else 0)
+            e = m.num_experts * per_expert
+            w += h * m.num_experts + (m.num_experts if m.bias else 0)  # router
+            if m.shared_intermediate:
+                s += 3 * h * m.shared_intermediate
+                w += h if m.shared_gate else 0
+        else:
+            s += _mlp_params(arch, arch.intermediate_size)
+        w += arch.norms_per_layer * h * (2 if arch.norm_bias else 1)
+        split.append(s)
+        experts.append(e)
+        whole.append(w)
+    embedding = arch.vocab_size * h + arch.position_embeddings * h
+    return ParamCounts(
+        embedding=embedding,
+        lm_head=0 if arch.tie_word_embeddings else arch.vocab_size * h,
+        layers_split=tuple(split),
+        layers_experts=tuple(experts),
+        layers_whole=tuple(whole),
+        final_norm=h * (2 if arch.norm_bias else 1),
+        extra=arch.extra_params,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightBytes:
+    total_bytes: int  # whole model, one copy
+    per_gpu_bytes: int  # the most loaded GPU
+    per_stage_bytes: tuple[int, ...]  # one GPU of each pipeline stage
+    params: int
+    active_params: int
+    format: str
+
+
+def weight_bytes(
+    spec: ModelSpec,
+    arch: ArchShape,
+    *,
+    fmt: WeightFormat,
+    expert_fmt: WeightFormat | None = None,
+    keep_fmt: WeightFormat,
+    tp: int = 1,
+    stages: list[range] | None = None,
+) -> WeightBytes:
+    """Bytes of the weights in total and on the most loaded GPU.
+
+    ``fmt`` stores the decoder's projections, ``expert_fmt`` the routed experts (default ``fmt``),
+    ``keep_fmt`` the embeddings, LM head, norms and routers (quantized checkpoints keep them in the
+    model dtype).
+    """
+    counts = count_params(spec, arch)
+    expert_fmt = expert_fmt or fmt
+    stages = stages or [range(spec.num_layers)]
+
+    def stage_bytes(layers: range, first: bool, last: bool, ranks: int) -> int:
+        split = sum(counts.layers_split[i] for i in layers)
+        exp = sum(counts.layers_experts[i] for i in layers)
+        whole = sum(counts.layers_whole[i] for i in layers)
+        out = fmt.bytes_for(-(-split // ranks)) + expert_fmt.bytes_for(-(-exp // ranks)) + keep_fmt.bytes_for(whole)
+        if first:
+            out += keep_fmt.bytes_for(-(-counts.embedding // ranks)) + keep_fmt.bytes_for(counts.extra)
+        if last:
+            out += keep_fmt.bytes_for(-(-counts.lm_head // ranks)) + keep_fmt.bytes_for(counts.final_norm)
+            if first is False and counts.lm_head == 0:  # tied head on another stage: vLLM keeps a copy
+                out += keep_fmt.bytes_for(-(-counts.embedding // ranks))
+        return out
+
+    total = stage_bytes(range(spec.num_layers), True, True, 1)
+    per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp) for s, layers in enumerate(stages))
+    return WeightBytes(total_bytes=total, per_gpu_bytes=max(per_stage), per_stage_bytes=per_stage, params=counts.total,
+                       active_params=counts.active(arch.moe), format=fmt.name)

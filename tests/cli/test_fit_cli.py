@@ -1,0 +1,85 @@
+"""`kvplan fit` and `kvplan gpus` through the CLI: the JSON contract and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+GiB = 1 << 30
+
+
+def test_fit_json_contract_and_exit_0():
+    r = runner.invoke(app, ["fit", "llama3-70b", "--gpu", "H100-80GB", "-tp", "4", "--max-model-len", "8192", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    for key in ("kv_cache_memory_bytes", "num_blocks", "kv_cache_tokens", "max_concurrency", "max_model_len_fit", "fits"):
+        assert key in out
+    assert set(out["breakdown"]) >= {"weights", "activation", "non_torch", "cuda_graph", "kv_cache"}
+    assert out["fits"] is True and out["gpu"] == "H100-80GB" and out["tensor_parallel_size"] == 4
+    assert out["breakdown"]["kv_cache"] == out["kv_cache_memory_bytes"] > 30 * GiB
+    assert out["num_blocks"] * out["page_size_bytes"] <= out["kv_cache_memory_bytes"]
+    assert out["max_concurrency"] > 30
+
+
+def test_fit_does_not_fit_exits_1_with_what_if():
+    r = runner.invoke(app, ["fit", "llama3-70b", "--gpu", "L40S", "--json"])
+    assert r.exit_code == 1, r.output
+    out = json.loads(r.stdout)
+    assert out["fits"] is False and out["reasons"]
+    changes = {w["change"]: w for w in out["what_if"]}
+    assert changes["--tensor-parallel-size 4"]["fits"] is True
+
+
+def test_fit_table_output_names_the_verdict():
+    r = runner.invoke(app, ["fit", "qwen3-32b", "--gpu", "L40S", "--gpu-memory-utilization", "0.9",
+                            "--kv-cache-dtype", "fp8", "--engine", "vllm"])
+    assert r.exit_code in (0, 1), r.output
+    assert "KV cache per GPU" in r.stdout and ("fits" in r.stdout)
+
+
+def test_fit_with_measured_overrides_is_exact():
+    r = runner.invoke(app, ["fit", "llama2-7b", "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.9",
+                            "--weights-memory", "12GiB", "--activation-memory", "1GiB", "--non-torch-memory", "512MiB",
+                            "--cuda-graph-memory", "0", "--json"])
+    out = json.loads(r.stdout)
+    assert out["kv_cache_memory_bytes"] == 58.5 * GiB and out["num_blocks"] == 7488 and out["estimated"] == []
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_other_engines(engine):
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", "--engine", engine, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["kv_cache_tokens"] > 100_000
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["fit", "llama2-7b", "--gpu", "H10"], "unknown GPU 'H10'; did you mean"),
+        (["fit", "llama2-7b", "--gpu", "H100", "--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
+        (["fit", "llama2-7b", "--gpu", "H100", "-tp", "3"], "divide the 32 attention heads"),
+        (["fit", "llama2-7b"], "give --gpu NAME"),
+        (["fit", "llama2-7b", "--gpu-memory", "lots"], "expected a size like 80GiB"),
+        (["fit", "llama2-7b", "--gpu", "H100", "--weights-memory", "-3GiB"], "expected a size"),
+    ],
+)
+def test_fit_bad_input_exits_2(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and "Traceback" not in r.output
+
+
+def test_gpus_catalog():
+    r = runner.invoke(app, ["gpus", "--json"])
+    assert r.exit_code == 0
+    names = {g["name"]: g for g in json.loads(r.stdout)["gpus"]}
+    need = {"A10", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "A800-80GB", "H100-80GB", "H100-PCIe", "H20",
+            "H200", "B200", "MI300X", "RTX-3090", "RTX-4090", "RTX-5090"}
+    assert need <= set(names)
+    assert all(g["source"] and g["memory_bytes"] > 10 * GiB for g in names.values())
+    assert 79 * GiB < names["H100-80GB"]["memory_bytes"] < 80 * GiB  # driver-reported, not the marketing 80 GB

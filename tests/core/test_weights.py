@@ -1,0 +1,88 @@
+"""Parameter counts against published figures, and weight bytes by format and parallelism."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.core.sizing import pp_stages
+from kvplan.core.weights import count_params, get_weight_format, weight_bytes
+from kvplan.errors import InputError
+from kvplan.io.models import load_model
+
+
+@pytest.mark.parametrize(
+    "name,published",
+    [
+        ("llama2-7b", 6.74e9),  # Touvron et al. 2023, Table 1 / HF model card
+        ("llama2-13b", 13.0e9),
+        ("llama2-70b", 69.0e9),
+        ("llama3-8b", 8.03e9),
+        ("llama3-70b", 70.6e9),
+        ("llama3.1-405b", 405.9e9),
+        ("mixtral-8x7b", 46.7e9),  # Mistral AI: 46.7B total, 12.9B active
+        ("deepseek-v3", 671e9),  # DeepSeek-V3 report: 671B (685B with the MTP module, not loaded for serving)
+        ("deepseek-v2", 236e9),
+        ("qwen3-30b-a3b", 30.5e9),
+        ("qwen3-32b", 32.8e9),
+        ("qwen2.5-72b", 72.7e9),
+        ("qwen2.5-7b", 7.61e9),
+        ("gemma2-27b", 27.2e9),
+        ("gemma2-9b", 9.24e9),
+        ("gpt-oss-120b", 116.8e9),  # OpenAI gpt-oss model card: 116.8B total
+        ("gpt-oss-20b", 20.9e9),
+        ("phi-3-mini", 3.8e9),
+        ("opt-13b", 12.9e9),
+        ("qwen3-next-80b-a3b", 79.7e9),
+        ("jamba-mini", 51.6e9),
+        ("gpt2", 124.4e6),
+    ],
+)
+def test_parameter_counts_within_one_percent(name, published):
+    spec = load_model(name)
+    total = count_params(spec, spec.arch).total
+    assert abs(total - published) / published < 0.01, f"{name}: {total / 1e9:.3f}B vs {published / 1e9:.3f}B"
+
+
+@pytest.mark.parametrize("name,active", [("mixtral-8x7b", 12.9e9), ("deepseek-v3", 37.6e9), ("qwen3-30b-a3b", 3.3e9)])
+def test_active_parameters_of_moe_models(name, active):
+    spec = load_model(name)
+    assert abs(count_params(spec, spec.arch).active(spec.arch.moe) - active) / active < 0.03
+
+
+def test_llama2_7b_bf16_weights_bytes_and_tp_split():
+    spec = load_model("llama2-7b")
+    bf16 = get_weight_format("bf16")
+    one = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16)
+    assert one.total_bytes == 2 * one.params == 2 * 6_738_415_616
+    four = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=4)
+    norms = (2 * 32 + 1) * 4096 * 2  # held whole by each rank
+    assert four.per_gpu_bytes == (one.total_bytes - norms) // 4 + norms
+
+
+def test_pp_puts_embeddings_first_and_head_last():
+    spec = load_model("llama2-7b")
+    bf16 = get_weight_format("bf16")
+    w = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, stages=pp_stages(32, 2))
+    assert len(w.per_stage_bytes) == 2 and sum(w.per_stage_bytes) == w.total_bytes
+    assert w.per_stage_bytes[0] - w.per_stage_bytes[1] == -2 * 4096  # same layers and vocab; the final norm is last
+
+
+@pytest.mark.parametrize("fmt,bytes_per_million", [("fp8", 1_000_000 + 4 * 62), ("int4-g128", 500_000 + 19_533),
+                                                    ("mxfp4", 500_000 + 31_250), ("int8", 1_000_000 + 490)])
+def test_quantized_formats_count_their_scales(fmt, bytes_per_million):
+    assert get_weight_format(fmt).bytes_for(1_000_000) == bytes_per_million
+
+
+def test_fp8_checkpoint_is_read_from_quantization_config():
+    from kvplan.core.capacity.common import FitRequest, model_weights
+    from kvplan.core.gpus import GPUSpec
+
+    spec = load_model("deepseek-v3")
+    w, notes = model_weights(FitRequest(spec=spec, gpu=GPUSpec(name="x", memory_bytes=1 << 40)))
+    assert w.format == "fp8" and any("FP8" in n for n in notes)
+    assert 671e9 < w.total_bytes < 700e9  # ~1 byte per parameter, embeddings and norms in bf16
+
+
+def test_unknown_weight_format():
+    with pytest.raises(InputError, match="unknown weight dtype"):
+        get_weight_format("fp6")

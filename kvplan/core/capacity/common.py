@@ -34,6 +34,10 @@ class FitRequest:
     non_torch_memory: int | None = None
     cuda_graph_memory: int | None = None
     enforce_eager: bool = False
+    # vLLM >= 0.21 subtracts a CUDA-graph estimate from the KV budget; older versions captured graphs
+    # after allocating the KV cache, out of the (1 - utilization) slack.
+    cuda_graphs_in_budget: bool = True
+    legacy_v0: bool = False  # vLLM's V0 engine: no sampler profiling run, smaller CUDA graphs
     concurrency: int | None = None  # requests of max_model_len tokens that must fit at once
 
 

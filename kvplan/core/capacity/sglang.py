@@ -69,7 +69,7 @@ def fit_sglang(req: FitRequest) -> FitResult:
                                             act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1))
         estimated.add("activation")
     cg = req.cuda_graph_memory if req.cuda_graph_memory is not None else estimates.cuda_graph_bytes(
-        spec, enforce_eager=req.enforce_eager, pp=req.pp)
+        spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp)
     if req.cuda_graph_memory is None and cg:
         estimated.add("cuda_graph")
     free_before = gpu.memory_bytes - nt

@@ -166,7 +166,7 @@ def fit_vllm(req: FitRequest) -> FitResult:
         a = req.activation_memory
         if a is None:
             a = estimates.activation_peak_bytes(spec, tokens=mnbt, max_num_seqs=max_num_seqs, tp=req.tp,
-                                                act_bytes=act_bytes, last_stage=last)
+                                                act_bytes=act_bytes, last_stage=last, sampler_run=not req.legacy_v0)
             estimated.add("activation")
         nt = req.non_torch_memory
         if nt is None:
@@ -174,14 +174,14 @@ def fit_vllm(req: FitRequest) -> FitResult:
             estimated.add("non_torch")
         cg = req.cuda_graph_memory
         if cg is None:
-            cg = estimates.cuda_graph_bytes(spec, enforce_eager=req.enforce_eager, pp=req.pp)
+            cg = estimates.cuda_graph_bytes(spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0)
             if cg:
                 estimated.add("cuda_graph")
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
             estimated.discard("activation"), estimated.discard("non_torch"), estimated.discard("cuda_graph")
         else:
-            kv = requested - w - a - nt - cg
+            kv = requested - w - a - nt - (cg if req.cuda_graphs_in_budget else 0)
         layout = kv_layout([spec.layers[i] for i in layer_range], req, block_size)
         blocks = max(0, kv) // layout.page_bytes // layout.group_size
         per_stage.append((blocks, kv, layout, w, a, nt, cg))
@@ -205,7 +205,10 @@ def fit_vllm(req: FitRequest) -> FitResult:
         reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens need "
                        f"{req.concurrency / max(concurrency, 1e-9):.2f}x the KV cache; {concurrency:.2f} fit")
     kv_shown = max(0, kv)
-    unused = gpu.memory_bytes - requested if req.kv_cache_memory_bytes is None else max(0, gpu.memory_bytes - w - a - nt - cg - kv_shown)
+    if req.kv_cache_memory_bytes is None:
+        unused = gpu.memory_bytes - requested - (0 if req.cuda_graphs_in_budget else cg)
+    else:
+        unused = max(0, gpu.memory_bytes - w - a - nt - cg - kv_shown)
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")

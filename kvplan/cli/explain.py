@@ -1,0 +1,140 @@
+"""``kvplan explain LOG``: rebuild a vLLM startup log's memory budget and set kvplan beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.cli.app import app
+from kvplan.cli.format import format_bytes, print_json
+from kvplan.core.capacity.common import FitRequest, FitResult
+from kvplan.core.capacity.explain import ExplainRow, explain_rows
+from kvplan.core.capacity.fit import fit
+from kvplan.core.gpus import GPUSpec
+from kvplan.errors import KvplanError
+from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
+from kvplan.io.models import load_model
+from kvplan.io.vllm_log import VLLMLog, read_vllm_log
+
+console = Console()
+
+
+def _cell(row: ExplainRow, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if row.unit == "bytes":
+        return format_bytes(int(value))
+    if row.unit == "x":
+        return f"{value:.2f}x"
+    return f"{int(value):,}"
+
+
+def _gpu_for(log: VLLMLog, gpu: Optional[str]) -> GPUSpec | None:
+    if gpu:
+        return get_gpu(gpu)
+    if log.total_gpu_memory_bytes:
+        return closest_gpu_by_memory(log.total_gpu_memory_bytes) or GPUSpec(
+            name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
+    return None
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    """'0.8.5' -> (0, 8, 5); unknown -> the newest behaviour."""
+    if not version:
+        return (99,)
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (99,)
+
+
+def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
+             tp: Optional[int] = None) -> tuple[FitResult | None, FitResult | None, list[str]]:
+    notes: list[str] = []
+    ref = model or log.model
+    if ref is None or gpu is None:
+        notes.append("no prediction: " + ("the log names no model (pass --model)" if ref is None
+                                           else "the log gives no GPU memory (pass --gpu)"))
+        return None, None, notes
+    try:
+        spec = load_model(ref)
+    except KvplanError as exc:
+        notes.append(f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)")
+        return None, None, notes
+    version = _version_tuple(log.version)
+    kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
+    max_len = log.max_seq_len or log.concurrency_tokens
+    req = FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
+                     pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
+                     gpu_memory_utilization=log.gpu_memory_utilization or (0.9 if version < (0, 11) else None),
+                     max_model_len=max_len, block_size=log.block_size, enforce_eager=bool(log.enforce_eager),
+                     max_num_batched_tokens=log.max_num_batched_tokens or (
+                         max(max_len or 0, 2048) if log.generation == "V0" else None),
+                     cuda_graphs_in_budget=log.generation != "V0" and version >= (0, 21),
+                     legacy_v0=log.generation == "V0")
+    predicted = fit(req)
+    replayed = None
+    if log.kv_cache_memory_bytes is not None:
+        replayed = fit(dataclasses.replace(
+            req, kv_cache_memory_bytes=log.kv_cache_memory_bytes, weights_memory=log.weights_bytes,
+            activation_memory=log.activation_bytes, non_torch_memory=log.non_torch_bytes,
+            cuda_graph_memory=log.cuda_graph_bytes))
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}")
+    return predicted, replayed, notes
+
+
+@app.command()
+def explain(
+    log_path: Path = typer.Argument(..., metavar="LOG", help="A vLLM startup log."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model, when the log's name is not bundled."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU, when not inferable from the logged memory."),
+    tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="When the log does not say."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
+    log = read_vllm_log(log_path)
+    gpu_spec = _gpu_for(log, gpu)
+    predicted, replayed, notes = _predict(log, model, gpu_spec, tp)
+    rows = explain_rows(log.figures(), predicted, replayed)
+    if as_json:
+        print_json(_json(log, gpu_spec, rows, notes))
+        return
+    console.print(f"[bold]{log_path}[/]: vLLM {log.version or '?'} ({log.generation or 'format unknown'}), "
+                  f"model {log.model or '?'}, tp {log.tensor_parallel_size or '?'}, "
+                  f"max_model_len {log.max_seq_len or '?'}, utilization {log.gpu_memory_utilization or '?'}")
+    for note in notes:
+        console.print(f"[dim]{note}[/]")
+    table = Table()
+    for col in ("figure", "logged", "kvplan", "err", "kvplan from logged budget", "err"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for row in rows:
+        def err(v: float | None) -> str:
+            e = row.error_frac(v)
+            return "" if e is None else f"{100 * e:+.1f}%"
+        table.add_row(row.figure, _cell(row, row.logged), _cell(row, row.predicted), err(row.predicted),
+                      _cell(row, row.replayed), err(row.replayed))
+    console.print(table)
+    if log.total_gpu_memory_bytes and log.gpu_memory_utilization:
+        budget = log.total_gpu_memory_bytes * log.gpu_memory_utilization
+        parts = {"weights": log.weights_bytes, "activation": log.activation_bytes, "non-torch": log.non_torch_bytes,
+                 "KV cache": log.kv_cache_memory_bytes}
+        shown = "; ".join(f"{k} {format_bytes(v)} ({100 * v / budget:.0f}%)" for k, v in parts.items() if v is not None)
+        console.print(f"of the {format_bytes(int(budget))} vLLM may use: {shown}")
+
+
+def _json(log: VLLMLog, gpu: GPUSpec | None, rows: list[ExplainRow], notes: list[str]) -> dict[str, Any]:
+    return {
+        "log": log.path, "vllm_version": log.version, "format": log.generation, "model": log.model,
+        "gpu": gpu.name if gpu else None, "logged": log.figures(), "notes": notes,
+        "rows": [{"figure": r.figure, "unit": r.unit, "logged": r.logged, "predicted": r.predicted,
+                  "predicted_error_frac": r.error_frac(r.predicted), "replayed": r.replayed,
+                  "replayed_error_frac": r.error_frac(r.replayed)} for r in rows],
+    }

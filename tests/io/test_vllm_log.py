@@ -1,0 +1,68 @@
+"""vLLM startup log lines of each era parse into the budget's figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.errors import ConfigError
+from kvplan.io.vllm_log import parse_vllm_log, read_vllm_log
+
+GiB = 1 << 30
+
+V0_065 = """\
+INFO 12-01 08:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.5) with config: model='meta-llama/Llama-2-7b-hf', speculative_config=None, tokenizer='meta-llama/Llama-2-7b-hf', dtype=torch.float16, max_seq_len=4096, download_dir=None, tensor_parallel_size=1, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, seed=0
+INFO 12-01 08:00:09 model_runner.py:1099] Loading model weights took 12.5523 GB
+INFO 12-01 08:00:11 worker.py:241] Memory profiling takes 1.62 seconds
+INFO 12-01 08:00:11 worker.py:241] the current vLLM instance can use total_gpu_memory (79.15GiB) x gpu_memory_utilization (0.90) = 71.24GiB
+INFO 12-01 08:00:11 worker.py:241] model weights take 12.55GiB; non_torch_memory takes 0.25GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 57.21GiB.
+INFO 12-01 08:00:11 distributed_gpu_executor.py:57] # GPU blocks: 7322, # CPU blocks: 512
+INFO 12-01 08:00:11 distributed_gpu_executor.py:61] Maximum concurrency for 4096 tokens per request: 28.60x
+"""
+
+V0_063 = ("INFO 10-20 12:00:00 worker.py:232] Memory profiling results: total_gpu_memory=79.15GiB "
+          "initial_memory_usage=13.17GiB peak_torch_memory=14.30GiB memory_usage_post_profile=13.31GiB "
+          "non_torch_memory=0.75GiB kv_cache_size=56.18GiB gpu_memory_utilization=0.90\n")
+
+V1 = """\
+INFO 05-01 10:00:00 [core.py:58] Initializing a V1 LLM engine (v0.9.1) with config: model='Qwen/Qwen2.5-7B-Instruct', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=2, pipeline_parallel_size=1, enforce_eager=True, kv_cache_dtype=fp8
+INFO 05-01 10:00:10 [gpu_model_runner.py:1329] Model loading took 7.1557 GiB memory and 3.2 seconds
+INFO 05-01 10:00:15 [gpu_worker.py:191] Available KV cache memory: 62.5 GiB
+INFO 05-01 10:00:15 [kv_cache_utils.py:634] GPU KV cache size: 2,340,096 tokens
+INFO 05-01 10:00:15 [kv_cache_utils.py:637] Maximum concurrency for 32,768 tokens per request: 71.41x
+INFO 05-01 10:00:30 [gpu_model_runner.py:1686] Graph capturing finished in 15 secs, took 0.52 GiB
+"""
+
+
+def test_v0_three_line_profile():
+    log = parse_vllm_log(V0_065)
+    assert (log.generation, log.version, log.model, log.dtype) == ("V0", "0.6.5", "meta-llama/Llama-2-7b-hf", "float16")
+    assert log.max_seq_len == 4096 and log.tensor_parallel_size == 1 and log.enforce_eager is False
+    assert log.total_gpu_memory_bytes == round(79.15 * GiB) and log.gpu_memory_utilization == 0.9
+    assert log.weights_bytes == round(12.55 * GiB)  # the profile line wins over the load line
+    assert (log.non_torch_bytes, log.activation_bytes, log.kv_cache_memory_bytes) == (
+        round(0.25 * GiB), round(1.23 * GiB), round(57.21 * GiB))
+    assert log.num_gpu_blocks == 7322 and log.max_concurrency == 28.6 and log.concurrency_tokens == 4096
+
+
+def test_v0_one_line_results():
+    log = parse_vllm_log(V0_063)
+    assert log.kv_cache_memory_bytes == round(56.18 * GiB) and log.non_torch_bytes == round(0.75 * GiB)
+    assert log.gpu_memory_utilization == 0.9
+
+
+def test_v1_lines():
+    log = parse_vllm_log(V1)
+    assert log.generation == "V1" and log.tensor_parallel_size == 2 and log.kv_cache_dtype == "fp8"
+    assert log.enforce_eager is True and log.weights_bytes == round(7.1557 * GiB)
+    assert log.kv_cache_memory_bytes == round(62.5 * GiB) and log.kv_cache_tokens == 2_340_096
+    assert log.max_concurrency == 71.41 and log.concurrency_tokens == 32768
+    assert log.cuda_graph_bytes == round(0.52 * GiB)
+
+
+def test_unrecognisable_log_is_a_clear_error(tmp_path):
+    path = tmp_path / "x.log"
+    path.write_text("hello\nworld\n")
+    with pytest.raises(ConfigError, match="no vLLM memory lines found"):
+        read_vllm_log(path)
+    with pytest.raises(ConfigError, match="no such file"):
+        read_vllm_log(tmp_path / "missing.log")

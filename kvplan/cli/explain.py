@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -12,14 +12,13 @@ from rich.table import Table
 
 from kvplan.cli.app import app
 from kvplan.cli.format import format_bytes, print_json
-from kvplan.core.capacity.common import FitRequest, FitResult
-from kvplan.core.capacity.explain import ExplainRow, explain_rows
-from kvplan.core.capacity.fit import fit
-from kvplan.core.gpus import GPUSpec
 from kvplan.errors import KvplanError
-from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
-from kvplan.io.models import load_model
-from kvplan.io.vllm_log import VLLMLog, read_vllm_log
+
+if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
+    from kvplan.core.capacity.common import FitResult
+    from kvplan.core.capacity.explain import ExplainRow
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.io.vllm_log import VLLMLog
 
 console = Console()
 
@@ -35,6 +34,9 @@ def _cell(row: ExplainRow, value: float | None) -> str:
 
 
 def _gpu_for(log: VLLMLog, gpu: Optional[str]) -> GPUSpec | None:
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
+
     if gpu:
         return get_gpu(gpu)
     if log.total_gpu_memory_bytes:
@@ -58,6 +60,10 @@ def _version_tuple(version: str | None) -> tuple[int, ...]:
 
 def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
              tp: Optional[int] = None) -> tuple[FitResult | None, FitResult | None, list[str]]:
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import fit
+    from kvplan.io.models import load_model
+
     notes: list[str] = []
     ref = model or log.model
     if ref is None or gpu is None:
@@ -100,6 +106,9 @@ def explain(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
+    from kvplan.core.capacity.explain import explain_rows
+    from kvplan.io.vllm_log import read_vllm_log
+
     log = read_vllm_log(log_path)
     gpu_spec = _gpu_for(log, gpu)
     predicted, replayed, notes = _predict(log, model, gpu_spec, tp)

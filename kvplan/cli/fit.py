@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -10,11 +10,10 @@ from rich.table import Table
 
 from kvplan.cli.app import app
 from kvplan.cli.format import bytes_cell, format_bytes, print_json
-from kvplan.core.capacity.common import FitRequest, FitResult
-from kvplan.core.capacity.fit import FITTERS, WhatIf, fit, what_if
-from kvplan.io.gpus import get_gpu, gpu_catalog
-from kvplan.io.models import load_model
-from kvplan.io.units import parse_size
+
+if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
+    from kvplan.core.capacity.common import FitResult
+    from kvplan.core.capacity.fit import WhatIf
 
 console = Console()
 _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
@@ -22,6 +21,8 @@ _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow"
 
 
 def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
+    from kvplan.io.units import parse_size
+
     return None if value is None else parse_size(value, what=flag)
 
 
@@ -60,7 +61,7 @@ def fit_cmd(
     model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json."),
     gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name (see `kvplan gpus`)."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Custom GPU memory, e.g. 24GiB."),
-    engine: str = typer.Option("vllm", "--engine", "-e", help=f"Budget rules: {', '.join(FITTERS)}."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Budget rules: vllm, sglang, trtllm."),
     utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context per request (default: the model's)."),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
@@ -80,6 +81,11 @@ def fit_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import fit, what_if
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.models import load_model
+
     gpu_spec = get_gpu(gpu, memory=gpu_memory)
     spec = load_model(model)
     req = FitRequest(
@@ -152,6 +158,8 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
 @app.command()
 def gpus(as_json: bool = typer.Option(False, "--json")) -> None:
     """The GPU catalog: memory as the driver reports it, bandwidth, dense throughput."""
+    from kvplan.io.gpus import gpu_catalog
+
     rows = [{"name": g.name, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,
              "hbm_bandwidth_bytes_per_s": g.hbm_bandwidth_bytes_per_s, "bf16_dense_tflops": g.bf16_dense_tflops,
              "fp8_dense_tflops": g.fp8_dense_tflops, "source": g.source} for g in gpu_catalog()]

@@ -1,0 +1,162 @@
+"""``kvplan simulate`` and ``kvplan schema``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.cli.app import app
+from kvplan.cli.format import format_bytes, print_json
+from kvplan.errors import InputError
+
+if TYPE_CHECKING:
+    from kvplan.core.sim.model import SimResult
+    from kvplan.io.workload import Workload
+
+console = Console()
+err_console = Console(stderr=True)
+PARALLEL_FROM_REQUESTS = 20_000  # below this, one process is faster than starting workers
+TIMELINE_POINTS = 400
+
+
+_SHARED: dict[str, Any] = {}  # the workload, inherited by forked workers instead of pickled to each
+
+
+def _run_shared(index: int) -> "SimResult":
+    from kvplan.core.sim.engine import simulate
+
+    w = _SHARED["workload"]
+    return simulate(w.requests, w.config, w.allocators[index], timeline_points=_SHARED["points"])
+
+
+def run_all(w: "Workload", *, progress: bool, points: int) -> list["SimResult"]:
+    """Each allocator over the same requests; in forked processes for large workloads."""
+    import multiprocessing
+
+    from rich.progress import Progress
+
+    from kvplan.core.sim.engine import simulate
+
+    workers = min(len(w.allocators), os.cpu_count() or 1)
+    fork_ok = "fork" in multiprocessing.get_all_start_methods()
+    with Progress(console=err_console, transient=True, disable=not progress) as bar:
+        if workers > 1 and fork_ok and len(w.requests) >= PARALLEL_FROM_REQUESTS:
+            _SHARED.update(workload=w, points=points)
+            task = bar.add_task(f"simulating {len(w.allocators)} allocators", total=len(w.allocators))
+            results = []
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for result in pool.imap(_run_shared, range(len(w.allocators))):
+                    results.append(result)
+                    bar.advance(task)
+            _SHARED.clear()
+            return results
+        results = []
+        total = len(w.requests)
+        for a in w.allocators:
+            task = bar.add_task(a.name, total=total)
+            results.append(simulate(w.requests, w.config, a, timeline_points=points,
+                                    progress=lambda done, t=task: bar.update(t, completed=done)))
+            bar.update(task, completed=total)
+    return results
+
+
+def result_json(r: "SimResult") -> dict[str, Any]:
+    return {
+        "token_states_frac": r.token_states_frac, "reserved_frac": r.reserved_frac,
+        "internal_frag_frac": r.internal_frag_frac, "external_frag_frac": r.external_frag_frac,
+        "free_frac": r.free_frac, "mean_batch_size": r.mean_batch_size, "peak_batch_size": r.peak_batch_size,
+        "preemptions": r.preemptions, "completed": r.completed, "rejected": r.rejected,
+        "rejected_reasons": r.rejected_reasons, "makespan_steps": r.makespan_steps,
+        "makespan_seconds": r.makespan_seconds, "generated_tokens": r.generated_tokens,
+        "throughput_tokens_per_s": r.throughput_tokens_per_s, "peak_waiting": r.peak_waiting,
+        "mean_queue_seconds": r.mean_queue_seconds,
+    }
+
+
+@app.command()
+def simulate(
+    workload_file: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload YAML (see `kvplan schema workload`)."),
+    allocator: Optional[list[str]] = typer.Option(None, "--allocator", "-a", help="Override the file's allocators."),
+    placement: Optional[str] = typer.Option(None, "--placement", help="Override the contiguous placement: buddy or first-fit."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: memory timeline and breakdown per allocator."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Replay traffic against contiguous and paged KV allocators and show where the memory goes."""
+    import dataclasses
+
+    from kvplan.core.sim.model import allocator_spec
+    from kvplan.io.workload import resolve_workload
+
+    w = resolve_workload(workload_file)
+    if allocator or placement:
+        names = allocator or [a.name for a in w.allocators]
+        where = placement or (w.allocators[0].placement if w.allocators else "buddy")
+        w = dataclasses.replace(w, allocators=[allocator_spec(a, placement=where) for a in names])
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+    show_progress = not as_json and sys.stderr.isatty() and len(w.requests) * len(w.allocators) >= 20_000
+    results = run_all(w, progress=show_progress, points=TIMELINE_POINTS if plot else 0)
+    if plot is not None:
+        from kvplan.cli.plot import plot_simulation
+
+        plot_simulation(results, plot, title=w.name)
+    if as_json:
+        print_json({
+            "workload": w.name, "requests": len(w.requests), "pool_slots": w.config.pool_slots,
+            "pool_bytes": w.pool_bytes, "bytes_per_token": w.bytes_per_token,
+            "max_model_len": w.config.max_model_len, "max_num_seqs": w.config.max_num_seqs,
+            "allocators": {r.allocator: result_json(r) for r in results}, "notes": list(w.notes),
+        })
+        return
+    console.print(f"[bold]{w.name}[/]: {len(w.requests):,} requests, KV pool {w.config.pool_slots:,} token slots"
+                  + (f" ({format_bytes(w.pool_bytes)})" if w.pool_bytes else "")
+                  + f", max_model_len {w.config.max_model_len:,}, max_num_seqs {w.config.max_num_seqs}")
+    for note in w.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    table = Table(title="Where the KV memory goes (share of the pool, averaged over the busy period)",
+                  title_justify="left")
+    for col in ("allocator", "tokens", "reserved", "int frag", "ext frag", "free", "batch", "peak", "preempt",
+                "done", "rejected", "tok/s"):
+        table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
+    for r in results:
+        table.add_row(r.allocator, f"{100 * r.token_states_frac:.1f}%", f"{100 * r.reserved_frac:.1f}%",
+                      f"{100 * r.internal_frag_frac:.1f}%", f"{100 * r.external_frag_frac:.1f}%",
+                      f"{100 * r.free_frac:.1f}%", f"{r.mean_batch_size:.1f}", str(r.peak_batch_size),
+                      f"{r.preemptions:,}", f"{r.completed:,}", f"{r.rejected:,}", f"{r.throughput_tokens_per_s:,.0f}")
+    console.print(table)
+    for r in results:
+        if r.rejected_reasons:
+            reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(r.rejected_reasons.items()))
+            console.print(f"[yellow]{r.allocator} rejected[/] {reasons}")
+        if r.peak_waiting > r.peak_batch_size * 4:
+            console.print(f"[yellow]{r.allocator}:[/] backlog of up to {r.peak_waiting:,} waiting requests "
+                          f"(mean wait {r.mean_queue_seconds:,.1f} s): arrivals exceed what this pool serves")
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+@app.command()
+def schema(
+    what: str = typer.Argument(..., help="workload or budgets"),
+) -> None:
+    """JSON Schema of a kvplan input file."""
+    if what == "workload":
+        from kvplan.io.workload import workload_schema
+
+        sys.stdout.write(json.dumps(workload_schema(), indent=2) + "\n")
+    elif what == "budgets":
+        from kvplan.io.budgets import budgets_schema
+
+        sys.stdout.write(json.dumps(budgets_schema(), indent=2) + "\n")
+    else:
+        raise InputError(f"schema of what? use workload or budgets (got {what!r})")

@@ -1,0 +1,151 @@
+"""What a simulation is made of, shared by the engine and its reference.
+
+Semantics (one iteration = one step):
+1. requests whose arrival time has come join the waiting queue (FCFS);
+2. every running sequence gets one more token slot; a paged pool that runs out preempts the most
+   recently admitted running request (recompute or swap) until the growth fits;
+3. unless something was preempted this step, waiting requests are admitted in order while the
+   sequence limit (``max_num_seqs``), the prefill token budget (``max_num_batched_tokens``, as vLLM
+   V0 schedules prompts without chunked prefill) and the allocator allow; a request's prompt is
+   prefilled at admission;
+4. the step takes ``weights + KV read`` over the bandwidth plus the prefill compute (integer
+   picoseconds, so every engine and the reference agree exactly);
+5. sequences that hold prompt + output tokens complete and free their memory.
+Memory is counted in token slots of the pool at step 3's end, each step weighted equally over the
+busy period (steps with something running or waiting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from kvplan.errors import InputError
+
+
+class Preemption(str, Enum):
+    RECOMPUTE = "recompute"
+    SWAP = "swap"
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    id: int
+    arrival_ps: int  # arrival time, integer picoseconds
+    prompt: int  # prompt tokens (including any shared prefix)
+    output: int  # output tokens per sequence
+    n: int = 1  # sequences (parallel sampling n, or beam width)
+
+    @property
+    def final_len(self) -> int:
+        return self.prompt + self.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepModel:
+    """Step duration = base + per KV token held + per prefill token, in integer picoseconds."""
+
+    base_ps: int  # reading the weights once
+    per_token_ps: int  # reading one token slot of KV
+    per_prefill_token_ps: int  # prefill compute per prompt token
+
+    def duration(self, kv_tokens: int, prefill_tokens: int) -> int:
+        return self.base_ps + self.per_token_ps * kv_tokens + self.per_prefill_token_ps * prefill_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    pool_slots: int  # KV pool, in token slots
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    step: StepModel
+    shared_prefix: int = 0  # tokens every prompt starts with (a system prompt)
+    prefix_caching: bool = True  # paged allocators share the prefix's full blocks
+    preemption: Preemption = Preemption.RECOMPUTE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorSpec:
+    """``contiguous-{max,pow2,oracle}`` (placed by ``placement``) or ``paged-B``."""
+
+    name: str
+    paged: bool
+    block_size: int = 1
+    reservation: str = ""  # contiguous: "max", "pow2", "oracle"
+    placement: str = "buddy"  # contiguous: "buddy" or "first-fit"
+
+    def reservation_slots(self, final_len: int, max_model_len: int) -> int:
+        """Slots a contiguous allocator reserves for one sequence (before placement rounding)."""
+        if self.reservation == "max":
+            return max_model_len
+        if self.reservation == "pow2":
+            return 1 << (final_len - 1).bit_length()
+        return final_len
+
+
+CONTIGUOUS = {"contiguous-max": "max", "contiguous-pow2": "pow2", "contiguous-oracle": "oracle"}
+PLACEMENTS = ("buddy", "first-fit")
+
+
+def allocator_spec(name: str, *, placement: str = "buddy") -> AllocatorSpec:
+    """The registry: ``contiguous-max``, ``contiguous-pow2``, ``contiguous-oracle``, ``paged-<B>``."""
+    if placement not in PLACEMENTS:
+        raise InputError(f"placement must be one of {', '.join(PLACEMENTS)} (got {placement!r})")
+    if name in CONTIGUOUS:
+        return AllocatorSpec(name=name, paged=False, reservation=CONTIGUOUS[name], placement=placement)
+    if name.startswith("paged-"):
+        size = name.removeprefix("paged-")
+        if size.isdigit() and 1 <= int(size) <= 4096:
+            return AllocatorSpec(name=name, paged=True, block_size=int(size))
+    raise InputError(f"unknown allocator {name!r}; use {', '.join(CONTIGUOUS)} or paged-B (e.g. paged-16)")
+
+
+def rejection(req: SimRequest, cfg: SimConfig, alloc: AllocatorSpec) -> str | None:
+    """Why a request can never run under this config, or None."""
+    if req.prompt >= cfg.max_model_len:
+        return "prompt_exceeds_max_model_len"
+    if req.final_len > cfg.max_model_len:  # workloads clip outputs; a request past the limit cannot run
+        return "exceeds_max_model_len"
+    if req.prompt < cfg.shared_prefix:  # workloads build prompts as the shared prefix plus their own tokens
+        return "prompt_shorter_than_shared_prefix"
+    if req.n > cfg.max_num_seqs:
+        return "more_sequences_than_max_num_seqs"
+    if req.prompt > cfg.max_num_batched_tokens:
+        return "prompt_exceeds_max_num_batched_tokens"
+    if alloc.paged:
+        b = alloc.block_size
+        shared = req.prompt // b if req.n > 1 else 0
+        blocks = shared + req.n * (-(-req.final_len // b) - shared)
+        if blocks > cfg.pool_slots // b:
+            return "larger_than_kv_pool"
+    else:
+        need = alloc.reservation_slots(req.final_len, cfg.max_model_len)
+        if alloc.placement == "buddy":
+            need = 1 << (need - 1).bit_length()
+        if req.n * need > cfg.pool_slots:
+            return "larger_than_kv_pool"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    allocator: str
+    token_states_frac: float
+    reserved_frac: float
+    internal_frag_frac: float
+    external_frag_frac: float
+    free_frac: float
+    mean_batch_size: float
+    peak_batch_size: int
+    preemptions: int
+    completed: int
+    rejected: int
+    rejected_reasons: dict[str, int]
+    makespan_steps: int
+    makespan_seconds: float
+    generated_tokens: int
+    throughput_tokens_per_s: float
+    peak_waiting: int
+    mean_queue_seconds: float
+    timeline: tuple[tuple[int, int, int, int, int, int], ...] = ()  # (step, token, reserved, internal, external, free)

@@ -1,0 +1,355 @@
+"""Workload files for ``kvplan simulate``: pydantic models (unknown keys rejected), trace readers
+(CSV, JSONL, and the Azure LLM inference trace's ``TIMESTAMP,ContextTokens,GeneratedTokens``), and
+the conversion to the simulator's core values."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, StepModel, allocator_spec
+from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_requests
+from kvplan.errors import ConfigError, InputError
+from kvplan.io.units import parse_size
+from kvplan.io.yamlio import load_yaml, parse_model, read_text
+
+DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Serving(_Strict):
+    model: str | None = Field(None, description="Bundled name, hub id or config.json path.")
+    gpu: str | None = None
+    gpu_memory: str | None = Field(None, description="Custom GPU memory, e.g. 24GiB.")
+    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    kv_pool_bytes: str | int | None = Field(None, description="KV pool per GPU, e.g. 12GiB; skips the fit.")
+    kv_pool_tokens: int | None = Field(None, gt=0, description="KV pool in token slots; skips the fit.")
+
+
+class Constant(_Strict):
+    dist: Literal["constant"]
+    value: int = Field(ge=1)
+
+
+class Uniform(_Strict):
+    dist: Literal["uniform"]
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+
+
+class Normal(_Strict):
+    dist: Literal["normal"]
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+
+
+class LogNormal(_Strict):
+    dist: Literal["lognormal"]
+    mean: float = Field(gt=0, description="The distribution's mean (tokens).")
+    sigma: float = Field(1.0, gt=0, le=4)
+
+
+class Zipf(_Strict):
+    dist: Literal["zipf"]
+    a: float = Field(1.2, gt=0)
+    low: int = Field(1, ge=1)
+    high: int = Field(ge=1)
+
+
+class Empirical(_Strict):
+    dist: Literal["empirical"]
+    file: str = Field(description="CSV file; one column of token counts.")
+    column: str = Field(description="Column name.")
+
+
+Length = Union[Constant, Uniform, Normal, LogNormal, Zipf, Empirical]
+
+
+class Arrival(_Strict):
+    process: Literal["poisson", "gamma", "all_at_once"]
+    rate: float = Field(1.0, gt=0, description="Requests per second.")
+    cv: float = Field(1.0, gt=0, description="Gamma: coefficient of variation of the gaps (1 = Poisson).")
+
+
+class Requests(_Strict):
+    trace: str | None = Field(None, description="CSV or JSONL trace (Azure LLM trace format works as is).")
+    limit: int | None = Field(None, ge=1, description="Use the first N trace rows.")
+    time_scale: float = Field(1.0, gt=0, description="Divide trace inter-arrival times by this.")
+    count: int | None = Field(None, ge=1, le=10_000_000)
+    seed: int = 0
+    arrival: Arrival | None = None
+    prompt_tokens: Length | None = Field(None, discriminator="dist")
+    output_tokens: Length | None = Field(None, discriminator="dist")
+
+
+class Sharing(_Strict):
+    shared_prefix_tokens: int = Field(0, ge=0)
+    prefix_caching: bool = True
+    parallel_sampling: int = Field(1, ge=1, le=64)
+    beam_width: int = Field(1, ge=1, le=64)
+
+
+class Scheduler(_Strict):
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=2)
+    preemption: Literal["recompute", "swap"] = "recompute"
+
+
+class StepTime(_Strict):
+    model: Literal["roofline", "constant"] = "roofline"
+    seconds: float | None = Field(None, gt=0, description="Constant step time (model: constant).")
+
+
+class WorkloadFile(_Strict):
+    name: str | None = None
+    description: str | None = None
+    serving: Serving
+    requests: Requests
+    sharing: Sharing = Sharing()
+    scheduler: Scheduler = Scheduler()
+    allocators: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOCATORS), min_length=1)
+    placement: Literal["buddy", "first-fit"] = "buddy"
+    step_time: StepTime = StepTime()
+
+    @field_validator("allocators")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        for name in names:
+            try:
+                allocator_spec(name)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return names
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    name: str
+    requests: list[SimRequest]
+    config: SimConfig
+    allocators: list[AllocatorSpec]
+    bytes_per_token: int  # KV bytes of one token slot on one GPU (0 when the pool was given in tokens)
+    pool_bytes: int
+    notes: tuple[str, ...]
+
+
+def workload_schema() -> dict:
+    return WorkloadFile.model_json_schema()
+
+
+# -- traces ---------------------------------------------------------------------------------------
+_ARRIVAL_KEYS = ("arrival", "arrival_time", "arrival_s", "timestamp", "time")
+_PROMPT_KEYS = ("prompt_tokens", "input_tokens", "contexttokens", "prompt_len", "input_len")
+_OUTPUT_KEYS = ("output_tokens", "generated_tokens", "generatedtokens", "output_len")
+
+
+def _pick(row: dict[str, str], keys: tuple[str, ...]) -> str | None:
+    lower = {k.lower().strip(): v for k, v in row.items() if k is not None}
+    for key in keys:
+        if key in lower:
+            return lower[key]
+    return None
+
+
+def _seconds(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    text = value.strip()
+    if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
+        head, frac = text.split(".", 1)
+        return datetime.fromisoformat(head).timestamp() + float("0." + frac)
+    return datetime.fromisoformat(text).timestamp()
+
+
+def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, int]]:
+    """(arrival seconds from the first request, prompt tokens, output tokens), one per row."""
+    text = read_text(path)
+    rows: list[tuple[int, dict]] = []
+    if path.suffix in (".jsonl", ".ndjson"):
+        for i, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append((i, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}: line {i}: not valid JSON: {exc.msg}") from None
+    else:
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames:
+            raise ConfigError(f"{path}: empty trace")
+        rows = [(i, row) for i, row in enumerate(reader, start=2)]
+    out = []
+    t0 = None
+    for line, row in rows[:limit] if limit else rows:
+        row = {str(k): str(v) for k, v in row.items() if k is not None}
+        a, p, o = _pick(row, _ARRIVAL_KEYS), _pick(row, _PROMPT_KEYS), _pick(row, _OUTPUT_KEYS)
+        if a is None or p is None or o is None:
+            raise ConfigError(f"{path}: line {line}: needs an arrival time ({'/'.join(_ARRIVAL_KEYS[:2])}), prompt "
+                              f"tokens ({'/'.join(_PROMPT_KEYS[:3])}) and output tokens ({'/'.join(_OUTPUT_KEYS[:2])})")
+        try:
+            t, prompt, output = _seconds(a), int(p), int(o)
+        except ValueError:
+            raise ConfigError(f"{path}: line {line}: cannot read arrival {a!r}, prompt {p!r}, output {o!r}") from None
+        if prompt < 0 or output < 0:
+            raise ConfigError(f"{path}: line {line}: token counts must be >= 0 (got {prompt}, {output})")
+        t0 = t if t0 is None else t0
+        out.append((t - t0, prompt, output))
+    if not out:
+        raise ConfigError(f"{path}: the trace has no requests")
+    return out
+
+
+def _length(spec: Length, base: Path) -> LengthDist:
+    if isinstance(spec, Empirical):
+        path = (base / spec.file) if not Path(spec.file).is_absolute() else Path(spec.file)
+        reader = csv.DictReader(read_text(path).splitlines())
+        values = []
+        for i, row in enumerate(reader, start=2):
+            try:
+                values.append(int(row[spec.column]))
+            except (KeyError, ValueError):
+                raise ConfigError(f"{path}: line {i}: column {spec.column!r} must hold an integer") from None
+        return LengthDist(dist="empirical", values=tuple(values))
+    if isinstance(spec, Uniform) and spec.high < spec.low:
+        raise ConfigError(f"uniform: high ({spec.high}) must be >= low ({spec.low})")
+    return LengthDist(**spec.model_dump())
+
+
+def load_workload_file(path: Path) -> WorkloadFile:
+    data = load_yaml(path)
+    model = parse_model(path, WorkloadFile, data)
+    assert isinstance(model, WorkloadFile)
+    return model
+
+
+def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int) -> list[SimRequest]:
+    base = origin.parent
+    r, sh = wf.requests, wf.sharing
+    n = max(sh.parallel_sampling, sh.beam_width)
+    if r.trace:
+        path = Path(r.trace) if Path(r.trace).is_absolute() else base / r.trace
+        if not path.is_file():
+            raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
+        rows = read_trace(path, r.limit)
+        return [clip_request(i, t / r.time_scale, p, o, max_model_len=max_model_len, shared_prefix=sh.shared_prefix_tokens,
+                             n=n, clip_prompt=False) for i, (t, p, o) in enumerate(rows)]
+    missing = [k for k in ("count", "arrival", "prompt_tokens", "output_tokens") if getattr(r, k) is None]
+    if missing:
+        raise ConfigError(f"{origin}: requests: give a trace, or count, arrival, prompt_tokens and output_tokens "
+                          f"(missing: {', '.join(missing)})")
+    assert r.count and r.arrival and r.prompt_tokens and r.output_tokens
+    return synthetic_requests(
+        count=r.count, arrivals=Arrivals(process=r.arrival.process, rate=r.arrival.rate, cv=r.arrival.cv),
+        prompt=_length(r.prompt_tokens, base), output=_length(r.output_tokens, base), seed=r.seed,
+        max_model_len=max_model_len, shared_prefix=sh.shared_prefix_tokens, n=n,
+    )
+
+
+def preemption(wf: WorkloadFile) -> Preemption:
+    return Preemption(wf.scheduler.preemption)
+
+
+def step_model_constant(seconds: float) -> StepModel:
+    return StepModel(base_ps=round(seconds * 10**12), per_token_ps=0, per_prefill_token_ps=0)
+
+
+def pool_override(wf: WorkloadFile) -> tuple[int | None, int | None]:
+    """(pool bytes, pool tokens) when the file gives the KV pool directly."""
+    s = wf.serving
+    size = parse_size(s.kv_pool_bytes, what="serving.kv_pool_bytes") if s.kv_pool_bytes is not None else None
+    return size, s.kv_pool_tokens
+
+
+def resolve_workload(path: Path) -> Workload:
+    """Read a workload file and turn it into requests, a simulator config and allocators."""
+    from kvplan.core.capacity.common import FitRequest, model_weights
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.engines import get_engine
+    from kvplan.core.sizing import size_kv
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.models import load_model
+
+    wf = load_workload_file(path)
+    s = wf.serving
+    notes: list[str] = []
+    spec = load_model(s.model) if s.model else None
+    gpu = get_gpu(s.gpu, memory=s.gpu_memory) if (s.gpu or s.gpu_memory) else None
+    max_len = wf.scheduler.max_model_len or (spec.max_model_len if spec else 0)
+    if max_len < 2:
+        raise ConfigError(f"{path}: scheduler.max_model_len is required when serving.model gives none")
+    requests = build_requests(wf, path, max_model_len=max_len)
+    bpt = 0
+    if spec is not None:
+        one = size_kv(spec, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=s.kv_cache_dtype,
+                      tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size)
+        bpt = sum(g.per_gpu_bytes for g in one.groups if g.tokens_held_per_layer)
+        if any(g.layer.kind.value in ("sliding", "chunked", "linear") for g in one.groups):
+            notes.append("the simulator holds every token in every attention layer (sliding windows and "
+                         "fixed linear-attention states are not modelled)")
+    pool_bytes, pool_tokens = pool_override(wf)
+    fit_result = None
+    if pool_tokens is None:
+        if spec is None:
+            raise ConfigError(f"{path}: serving needs a model (or kv_pool_tokens) to size the KV pool")
+        if pool_bytes is None:
+            if gpu is None:
+                raise ConfigError(f"{path}: serving needs a gpu (or kv_pool_bytes / kv_pool_tokens)")
+            fit_result = fit(FitRequest(spec=spec, gpu=gpu, engine=s.engine, tp=s.tensor_parallel_size,
+                                        pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
+                                        gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=max_len))
+            pool_bytes = fit_result.kv_cache_memory_bytes
+            notes.append(f"KV pool from `kvplan fit` ({s.engine}): {pool_bytes / (1 << 30):.2f} GiB per GPU")
+        pool_tokens = pool_bytes // bpt
+    else:
+        pool_bytes = pool_tokens * bpt
+    if pool_tokens < 1:
+        raise ConfigError(f"{path}: the KV pool holds no token ({pool_bytes} B); give more memory or a smaller model")
+
+    mnbt = wf.scheduler.max_num_batched_tokens or max(max_len, 2048)
+    if wf.step_time.model == "constant" or spec is None or gpu is None or not gpu.hbm_bandwidth_bytes_per_s:
+        seconds = wf.step_time.seconds
+        if seconds is None:
+            raise ConfigError(f"{path}: step_time.seconds is needed (a roofline needs serving.model and a catalog gpu)")
+        step = step_model_constant(seconds)
+    else:
+        bw = gpu.hbm_bandwidth_bytes_per_s
+        weights = fit_result.breakdown.weights if fit_result else None
+        params = 0
+        if spec.arch is not None:
+            wb, _ = model_weights(FitRequest(spec=spec, gpu=gpu, tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size))
+            weights = weights if weights is not None else (wb.per_gpu_bytes if wb else 0)
+            from kvplan.core.weights import count_params
+
+            params = count_params(spec, spec.arch).active(spec.arch.moe)
+        flops = (gpu.bf16_dense_tflops or 100.0) * 1e12
+        step = StepModel(
+            base_ps=round((weights or 0) / bw * 1e12),
+            per_token_ps=round(bpt / bw * 1e12),
+            per_prefill_token_ps=round(2 * params / (s.tensor_parallel_size * s.pipeline_parallel_size) / flops * 1e12),
+        )
+    n_max = max(wf.sharing.parallel_sampling, wf.sharing.beam_width)
+    if wf.sharing.beam_width > 1:
+        notes.append("beam search is modelled as beam_width sequences sharing the prompt (beams do not fork)")
+    config = SimConfig(pool_slots=pool_tokens, max_num_seqs=wf.scheduler.max_num_seqs, max_num_batched_tokens=mnbt,
+                       max_model_len=max_len, step=step, shared_prefix=wf.sharing.shared_prefix_tokens,
+                       prefix_caching=wf.sharing.prefix_caching, preemption=preemption(wf))
+    if n_max > wf.scheduler.max_num_seqs:
+        raise ConfigError(f"{path}: {n_max} sequences per request exceed scheduler.max_num_seqs {wf.scheduler.max_num_seqs}")
+    allocators = [allocator_spec(a, placement=wf.placement) for a in wf.allocators]
+    return Workload(name=wf.name or path.stem, requests=requests, config=config, allocators=allocators,
+                    bytes_per_token=bpt, pool_bytes=pool_bytes or 0, notes=tuple(notes))

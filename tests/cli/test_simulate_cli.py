@@ -1,0 +1,179 @@
+"""`kvplan simulate` and `kvplan schema` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+from kvplan.io.models import configs_dir
+
+runner = CliRunner()
+PAPER = configs_dir() / "workloads" / "vllm-paper-sharegpt.yaml"
+AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
+KEYS = {"token_states_frac", "reserved_frac", "internal_frag_frac", "external_frag_frac", "free_frac",
+        "mean_batch_size", "peak_batch_size", "preemptions", "completed", "rejected", "makespan_steps"}
+
+
+def simulate_json(path: Path, *args: str) -> dict:
+    r = runner.invoke(app, ["simulate", str(path), *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def paper() -> dict:
+    return simulate_json(PAPER)
+
+
+def test_json_contract(paper):
+    assert set(paper["allocators"]) == {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"}
+    for metrics in paper["allocators"].values():
+        assert KEYS <= set(metrics)
+        parts = sum(metrics[k] for k in ("token_states_frac", "reserved_frac", "internal_frag_frac",
+                                         "external_frag_frac", "free_frac"))
+        assert parts == pytest.approx(1.0)
+        assert metrics["completed"] + metrics["rejected"] == paper["requests"]
+
+
+def test_reproduces_the_vllm_paper(paper):
+    a = paper["allocators"]
+    assert paper["pool_slots"] == 12 * (1 << 30) // 819_200 == 15_728
+    # contiguous-max reserves 2048 slots per request: at most 7 at once
+    assert a["contiguous-max"]["peak_batch_size"] <= 7
+    # contiguous allocation keeps only a minority of its memory in token states
+    for name in ("contiguous-max", "contiguous-pow2", "contiguous-oracle"):
+        assert a[name]["token_states_frac"] < 0.5
+    # paged keeps more than 90% in token states and batches several times more requests
+    assert a["paged-16"]["token_states_frac"] > 0.9
+    assert a["paged-16"]["mean_batch_size"] > 3 * a["contiguous-max"]["mean_batch_size"]
+    assert a["paged-16"]["external_frag_frac"] == 0
+
+
+def test_first_fit_placement_separates_oracle_from_pow2(tmp_path):
+    out = simulate_json(PAPER, "--placement", "first-fit", "-a", "contiguous-pow2", "-a", "contiguous-oracle")
+    a = out["allocators"]
+    assert a["contiguous-oracle"]["internal_frag_frac"] == 0  # exact reservations, no rounding
+    assert a["contiguous-oracle"]["mean_batch_size"] > a["contiguous-pow2"]["mean_batch_size"]
+
+
+def test_azure_trace_as_it_is(tmp_path):
+    path = write(tmp_path, f"""
+serving: {{model: llama3-8b, gpu: H100-80GB, engine: vllm}}
+requests: {{trace: {AZURE}, limit: 400}}
+scheduler: {{max_model_len: 8192}}
+allocators: [contiguous-max, paged-16]
+""")
+    out = simulate_json(path)
+    for metrics in out["allocators"].values():
+        assert metrics["completed"] + metrics["rejected"] == 400
+    assert out["allocators"]["paged-16"]["rejected"] >= 0
+
+
+def test_overload_still_finishes_and_reports_the_backlog(tmp_path):
+    path = write(tmp_path, """
+serving: {model: opt-13b, kv_pool_tokens: 4096}
+requests:
+  count: 300
+  arrival: {process: all_at_once}
+  prompt_tokens: {dist: constant, value: 500}
+  output_tokens: {dist: uniform, low: 10, high: 400}
+scheduler: {max_model_len: 2048, max_num_seqs: 64}
+step_time: {model: constant, seconds: 0.02}
+allocators: [contiguous-max, paged-16]
+""")
+    out = simulate_json(path)
+    for metrics in out["allocators"].values():
+        assert metrics["completed"] == 300 and metrics["peak_waiting"] >= 290
+    r = runner.invoke(app, ["simulate", str(path)])
+    assert "backlog" in r.stdout
+
+
+def test_sharing_and_rejections(tmp_path):
+    path = write(tmp_path, """
+serving: {model: opt-13b, kv_pool_tokens: 4096}
+requests:
+  count: 50
+  seed: 3
+  arrival: {process: all_at_once}
+  prompt_tokens: {dist: uniform, low: 10, high: 100}
+  output_tokens: {dist: zipf, a: 1.1, low: 5, high: 200}
+sharing: {shared_prefix_tokens: 256, parallel_sampling: 4}
+scheduler: {max_model_len: 2048}
+step_time: {model: constant, seconds: 0.02}
+allocators: [contiguous-oracle, paged-16]
+""")
+    out = simulate_json(path)
+    paged, contig = out["allocators"]["paged-16"], out["allocators"]["contiguous-oracle"]
+    assert paged["completed"] == contig["completed"] == 50
+    assert paged["mean_batch_size"] > contig["mean_batch_size"]  # shared blocks leave room for more
+
+
+def test_seed_repeats_exactly(tmp_path):
+    text = """
+serving: {model: opt-13b, kv_pool_tokens: 8192}
+requests: {count: 100, seed: 7, arrival: {process: gamma, rate: 3, cv: 3}, prompt_tokens: {dist: normal, mean: 200, std: 50}, output_tokens: {dist: lognormal, mean: 100}}
+scheduler: {max_model_len: 2048}
+step_time: {model: constant, seconds: 0.02}
+allocators: [paged-16]
+"""
+    first = simulate_json(write(tmp_path, text))["allocators"]
+    assert first == simulate_json(write(tmp_path, text, "again.yaml"))["allocators"]
+    assert first != simulate_json(write(tmp_path, text.replace("seed: 7", "seed: 8"), "other.yaml"))["allocators"]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("serving: {model: opt-13b}\nrequests: {count: 5}\nbogus: 1\n", "line 3: bogus: unknown key"),
+        ("serving: {model: opt-13b, kv_pool_tokens: 100}\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: -3}\n",
+         "line 4: requests.arrival.rate: Input should be greater than 0"),
+        ("serving: {model: opt-13b, kv_pool_tokens: 100}\nrequests: {count: 5}\n", "missing: arrival, prompt_tokens"),
+        ("serving: {model: opt-13b, kv_pool_tokens: 100}\nrequests: {trace: nope.csv}\n", "nope.csv: no such file"),
+        ("serving: {model: opt-13b}\nrequests: {count: 1}\nallocators: [paged-x]\n", "unknown allocator 'paged-x'"),
+        ("serving: {model: opt-13b\nrequests: 3\n", "not valid YAML"),
+    ],
+)
+def test_bad_workload_files_exit_2_with_file_key_line(tmp_path, text, message):
+    path = write(tmp_path, text)
+    r = runner.invoke(app, ["simulate", str(path)])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and str(path) in r.stderr and "Traceback" not in r.output
+
+
+def test_bad_trace_row_gives_its_line(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival,prompt_tokens,output_tokens\n0.0,10,5\n0.5,ten,5\n")
+    path = write(tmp_path, "serving: {model: opt-13b, kv_pool_tokens: 4096}\nrequests: {trace: t.csv}\n"
+                           "scheduler: {max_model_len: 2048}\nstep_time: {model: constant, seconds: 0.01}\n")
+    r = runner.invoke(app, ["simulate", str(path)])
+    assert r.exit_code == 2 and "t.csv: line 3: cannot read" in r.stderr
+
+
+def test_schema_workload():
+    r = runner.invoke(app, ["schema", "workload"])
+    assert r.exit_code == 0
+    schema = json.loads(r.stdout)
+    assert schema["additionalProperties"] is False and "serving" in schema["properties"]
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sim.png"
+    path = write(tmp_path, """
+serving: {model: opt-13b, kv_pool_tokens: 4096}
+requests: {count: 40, arrival: {process: poisson, rate: 10}, prompt_tokens: {dist: constant, value: 100}, output_tokens: {dist: constant, value: 50}}
+scheduler: {max_model_len: 2048}
+step_time: {model: constant, seconds: 0.02}
+""")
+    r = runner.invoke(app, ["simulate", str(path), "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

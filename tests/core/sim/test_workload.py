@@ -1,0 +1,41 @@
+"""Synthetic workloads: seeded, clipped, with the means asked for."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from kvplan.core.sim.workload import Arrivals, LengthDist, synthetic_requests
+
+
+def make(prompt: LengthDist, output: LengthDist, *, count: int = 4000, seed: int = 0, process: str = "poisson", **kw):
+    return synthetic_requests(count=count, arrivals=Arrivals(process=process, rate=2.0, **kw), prompt=prompt,
+                              output=output, seed=seed, max_model_len=2048)
+
+
+def test_lognormal_means_and_clipping():
+    reqs = make(LengthDist(dist="lognormal", mean=161, sigma=1.0), LengthDist(dist="lognormal", mean=338, sigma=1.0))
+    assert statistics.mean(r.prompt for r in reqs) == pytest.approx(161, rel=0.08)
+    assert statistics.mean(r.output for r in reqs) == pytest.approx(338, rel=0.1)
+    assert all(1 <= r.prompt < 2048 and r.final_len <= 2048 and r.output >= 1 for r in reqs)
+
+
+def test_poisson_rate_and_gamma_burstiness():
+    poisson = make(LengthDist(dist="constant", value=10), LengthDist(dist="constant", value=10))
+    assert poisson[-1].arrival_ps / 1e12 == pytest.approx(len(poisson) / 2.0, rel=0.05)
+    gaps = lambda rs: [b.arrival_ps - a.arrival_ps for a, b in zip(rs, rs[1:])]  # noqa: E731
+    bursty = make(LengthDist(dist="constant", value=10), LengthDist(dist="constant", value=10), process="gamma", cv=3.0)
+    cv = statistics.pstdev(gaps(bursty)) / statistics.mean(gaps(bursty))
+    assert cv == pytest.approx(3.0, rel=0.15)
+    assert all(r.arrival_ps == 0 for r in make(LengthDist(dist="constant", value=1), LengthDist(dist="constant", value=1),
+                                                  count=10, process="all_at_once"))
+
+
+def test_zipf_uniform_empirical_bounds_and_seed():
+    z = make(LengthDist(dist="zipf", a=1.2, low=5, high=50), LengthDist(dist="uniform", low=3, high=9))
+    assert all(5 <= r.prompt <= 50 and 3 <= r.output <= 9 for r in z)
+    assert statistics.mode(r.prompt for r in z) == 5  # zipf: the smallest is the most common
+    e = make(LengthDist(dist="empirical", values=(7, 11)), LengthDist(dist="normal", mean=40, std=5), seed=3)
+    assert {r.prompt for r in e} == {7, 11}
+    assert e == make(LengthDist(dist="empirical", values=(7, 11)), LengthDist(dist="normal", mean=40, std=5), seed=3)

@@ -13,7 +13,9 @@ from kvplan.io.models import configs_dir
 
 runner = CliRunner()
 PAPER = configs_dir() / "workloads" / "vllm-paper-sharegpt.yaml"
-AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+AZURE_SAMPLE = FIXTURES / "traces" / "azure_llm_2023_code_head200.csv"
+AZURE_FULL = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
 KEYS = {"token_states_frac", "reserved_frac", "internal_frag_frac", "external_frag_frac", "free_frac",
         "mean_batch_size", "peak_batch_size", "preemptions", "completed", "rejected", "makespan_steps"}
 
@@ -66,17 +68,23 @@ def test_first_fit_placement_separates_oracle_from_pow2(tmp_path):
     assert a["contiguous-oracle"]["mean_batch_size"] > a["contiguous-pow2"]["mean_batch_size"]
 
 
-def test_azure_trace_as_it_is(tmp_path):
+@pytest.mark.parametrize("trace,limit", [(AZURE_SAMPLE, 200), (AZURE_FULL, 2000)])
+def test_azure_trace_as_it_is(tmp_path, trace, limit):
+    if not trace.is_file():
+        pytest.skip(f"{trace} is not here (the workplace's shared/ folder)")
     path = write(tmp_path, f"""
 serving: {{model: llama3-8b, gpu: H100-80GB, engine: vllm}}
-requests: {{trace: {AZURE}, limit: 400}}
-scheduler: {{max_model_len: 8192}}
+requests: {{trace: {trace}, limit: {limit}}}
+scheduler: {{max_model_len: 4096}}
 allocators: [contiguous-max, paged-16]
 """)
     out = simulate_json(path)
     for metrics in out["allocators"].values():
-        assert metrics["completed"] + metrics["rejected"] == 400
-    assert out["allocators"]["paged-16"]["rejected"] >= 0
+        assert metrics["completed"] + metrics["rejected"] == limit
+        # prompts longer than max_model_len are rejected with their reason, never lost
+        assert set(metrics["rejected_reasons"]) <= {"prompt_exceeds_max_model_len", "exceeds_max_model_len",
+                                                    "larger_than_kv_pool"}
+    assert out["allocators"]["paged-16"]["rejected"] > 0  # the code trace has prompts past 4096 tokens
 
 
 def test_overload_still_finishes_and_reports_the_backlog(tmp_path):

@@ -5,6 +5,7 @@ from kvplan.cli import explain as _explain  # noqa: F401
 from kvplan.cli import fit as _fit  # noqa: F401
 from kvplan.cli import simulate as _simulate  # noqa: F401
 from kvplan.cli import size as _size  # noqa: F401
+from kvplan.cli import validate as _validate  # noqa: F401
 from kvplan.cli.app import app, main
 
 __all__ = ["app", "main"]

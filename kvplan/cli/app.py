@@ -45,7 +45,7 @@ def _root(
 
 def main() -> None:
     # Imported for their side effect: each module registers its commands on ``app``.
-    from kvplan.cli import check, explain, fit, simulate, size  # noqa: F401
+    from kvplan.cli import check, explain, fit, simulate, size, validate  # noqa: F401
 
     try:
         app(prog_name="kvplan")

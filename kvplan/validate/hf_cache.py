@@ -57,7 +57,10 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = dict(config_dict)
+    cfg = {k: v for k, v in config_dict.items() if not k.startswith("_")}
+    # random weights in the requested dtype: a checkpoint's quantization scheme does not apply
+    for key in ("quantization_config", "auto_map", "architectures"):
+        cfg.pop(key, None)
     model_type = cfg.pop("model_type")
     config = AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)

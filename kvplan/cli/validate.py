@@ -1,0 +1,77 @@
+"""``kvplan validate``: predictions beside real torch runs (CPU anywhere, CUDA where there is one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.cli.app import app
+from kvplan.cli.format import format_bytes, print_json
+from kvplan.errors import InputError
+
+console = Console()
+
+
+@app.command()
+def validate(
+    model: Optional[str] = typer.Argument(None, help="Bundled name, hub id, or config.json (not with --matrix)."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    seq_len: int = typer.Option(64, "--seq-len", "-s"),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="Prefill length (default seq_len - 8)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (the model's), fp32, bf16, fp16."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="Build only the first N layers; whole-model figures are scaled."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Largest relative error that passes."),
+    matrix: Optional[Path] = typer.Option(None, "--matrix", help="A YAML list of cases."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write validation.md and validation.json here."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run real models with torch and set kvplan's predictions beside the measured memory."""
+    from kvplan.validate import require_torch
+
+    require_torch()
+    from kvplan.io.models import load_model
+    from kvplan.validate.matrix import load_matrix, result_dict, write_report
+    from kvplan.validate.run import Case, device_description, run_case
+
+    if not 0 <= tolerance < 10:
+        raise InputError(f"--tolerance must be between 0 and 10 (got {tolerance})")
+    if matrix is not None:
+        if model:
+            raise InputError("give a MODEL or --matrix, not both")
+        cases = load_matrix(matrix)
+    elif model:
+        if batch < 1 or seq_len < 2:
+            raise InputError("--batch must be >= 1 and --seq-len >= 2")
+        cases = [Case(model=model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, dtype=dtype, layers=layers,
+                      device=device)]
+    else:
+        raise InputError("give a MODEL (e.g. llama3-8b) or --matrix FILE")
+    results = []
+    for case in cases:
+        results += run_case(case, load_model(case.model))
+    info = device_description()
+    failed = [r for r in results if abs(r.error_frac) > tolerance]
+    if report is not None:
+        path = write_report(report, info, results, tolerance)
+        if not as_json:
+            console.print(f"report written to {path}")
+    if as_json:
+        print_json({"device": info, "tolerance": tolerance, "passed": not failed,
+                    "cases": [result_dict(r) for r in results]})
+    else:
+        table = Table(title=f"Predicted vs measured on {info.get('name')} (torch {info.get('torch')})",
+                      title_justify="left")
+        for col in ("model", "batch x seq", "dtype", "layers", "component", "predicted", "measured", "error", ""):
+            table.add_column(col, justify="right" if col in ("predicted", "measured", "error") else "left")
+        for r in results:
+            table.add_row(r.model, f"{r.batch} x {r.seq_len}", r.dtype, str(r.layers), r.component,
+                          format_bytes(r.predicted_bytes), format_bytes(r.measured_bytes), f"{100 * r.error_frac:+.2f}%",
+                          "scaled" if r.scaled else ("[red]FAIL[/]" if abs(r.error_frac) > tolerance else ""))
+        console.print(table)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,207 @@
+"""``kvplan validate``: build a real model with transformers, run it, and set kvplan's predictions
+beside what torch actually holds.
+
+On CPU the KV cache is measured exactly (the bytes of the cache's distinct tensor storages, what the
+``hf`` engine predicts) and the weights as the bytes of the parameters. On CUDA the caching
+allocator is measured around each phase (load, prefill, decode): ``memory_allocated`` deltas and
+``max_memory_allocated`` for the peak. With ``--layers N`` a model too large for the device is built
+with its first N layers: those figures are measured, and the whole-model figures are scaled by the
+predicted whole/part ratio and marked ``scaled``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan.core.capacity.estimates import ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN
+from kvplan.core.dtypes import get_dtype
+from kvplan.core.engines import get_engine
+from kvplan.core.sizing import size_kv
+from kvplan.core.spec import ModelSpec
+from kvplan.core.weights import count_params
+from kvplan.errors import InputError
+from kvplan.io.hf_config import spec_from_hf_config
+from kvplan.validate import require_torch
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    model: str
+    batch: int = 1
+    seq_len: int = 64
+    prompt_len: int | None = None  # default: seq_len - 8 (decoding the rest)
+    dtype: str = "auto"
+    layers: int | None = None
+    device: str = "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentResult:
+    model: str
+    batch: int
+    seq_len: int
+    dtype: str
+    component: str  # kv_cache, weights, peak
+    predicted_bytes: int
+    measured_bytes: int
+    scaled: bool
+    layers: int
+    device: str
+    note: str = ""
+
+    @property
+    def error_bytes(self) -> int:
+        return self.predicted_bytes - self.measured_bytes
+
+    @property
+    def error_frac(self) -> float:
+        return self.error_bytes / self.measured_bytes if self.measured_bytes else 0.0
+
+
+def reduced_config(raw: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """The config with only the first ``layers`` decoder layers (text_config too)."""
+    cfg = copy.deepcopy(raw)
+    if layers is None:
+        return cfg
+    target = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if key in target:
+            if layers > target[key]:
+                raise InputError(f"--layers {layers} exceeds the model's {target[key]} layers")
+            target[key] = layers
+    for key in ("layer_types", "no_rope_layers", "mlp_only_layers"):
+        if isinstance(target.get(key), list) and key != "mlp_only_layers":
+            target[key] = target[key][:layers]
+    return cfg
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is visible to torch; use --device cpu")
+    if name not in ("cpu", "cuda"):
+        raise InputError(f"--device must be auto, cpu or cuda (got {name!r})")
+    return name
+
+
+def _weights_bytes(model: Any) -> int:
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        storage = p.untyped_storage()
+        if storage.data_ptr() not in seen:  # tied weights share a storage
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def hf_activation_estimate(spec: ModelSpec, *, batch: int, prompt_len: int, act_bytes: int) -> int:
+    """Transient memory of a transformers prefill: the forward activations (kvplan's calibrated
+    estimate) plus the logits of every prompt position (``logits_to_keep=0``) and their fp32 copy."""
+    vocab = spec.arch.vocab_size if spec.arch else 0
+    tokens = batch * prompt_len
+    return tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2 + tokens * vocab * (act_bytes + 4)
+
+
+def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
+    require_torch()
+    import torch
+
+    from kvplan.validate.hf_cache import build_model, cache_storage_bytes
+
+    device = _device(case.device)
+    dtype = get_dtype(spec.dtype if case.dtype == "auto" else case.dtype)
+    if dtype.name not in TORCH_DTYPES:
+        raise InputError(f"validate runs fp32, bf16 or fp16 models (got {dtype.name})")
+    prompt_len = case.prompt_len or max(1, case.seq_len - 8)
+    if not 0 < prompt_len < case.seq_len:
+        raise InputError(f"--prompt-len must be between 1 and seq_len - 1 ({case.seq_len - 1})")
+    raw = reduced_config(spec.raw_config, case.layers)
+    sub = spec_from_hf_config(raw, name=spec.name, origin=spec.source or spec.name)
+    cfg = dict(raw)
+    cfg["torch_dtype"] = TORCH_DTYPES[dtype.name]
+
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    model = build_model(cfg, dtype=TORCH_DTYPES[dtype.name])
+    if device == "cuda":
+        model = model.to("cuda")
+        torch.cuda.synchronize()
+        after_load = torch.cuda.memory_allocated()
+    measured_weights = _weights_bytes(model)
+
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.randint(0, vocab, (case.batch, prompt_len), generator=gen).to(device)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        for _ in range(case.seq_len - prompt_len):
+            nxt = out.logits[:, -1:].argmax(-1)
+            out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+    cache = out.past_key_values
+    measured_kv = cache_storage_bytes(cache).total_bytes
+
+    layers = sub.num_layers
+    predicted_kv = size_kv(sub, get_engine("hf"), batch=case.batch, seq_len=case.seq_len, kv_dtype=dtype.name).total_bytes
+    wfmt = dtype.vector_bytes(1)
+    predicted_weights = count_params(sub, sub.arch).total * wfmt if sub.arch else 0
+    common = dict(model=spec.name, batch=case.batch, seq_len=case.seq_len, dtype=dtype.name, layers=layers, device=device)
+    results = [
+        ComponentResult(component="kv_cache", predicted_bytes=predicted_kv, measured_bytes=measured_kv, scaled=False, **common),
+        ComponentResult(component="weights", predicted_bytes=predicted_weights, measured_bytes=measured_weights,
+                        scaled=False, **common),
+    ]
+    if device == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        predicted_peak = (predicted_weights + predicted_kv
+                          + hf_activation_estimate(sub, batch=case.batch, prompt_len=prompt_len, act_bytes=wfmt))
+        results.append(ComponentResult(component="peak", predicted_bytes=predicted_peak, measured_bytes=peak,
+                                       scaled=False, note=f"weights on device {after_load - base:,} B", **common))
+    if layers < spec.num_layers:  # whole-model figures, scaled by the predicted whole/part ratio
+        full_kv = size_kv(spec, get_engine("hf"), batch=case.batch, seq_len=case.seq_len, kv_dtype=dtype.name).total_bytes
+        full_w = count_params(spec, spec.arch).total * wfmt if spec.arch else 0
+        whole = dict(common, layers=spec.num_layers)
+        results += [
+            ComponentResult(component="kv_cache", predicted_bytes=full_kv, scaled=True,
+                            measured_bytes=measured_kv * full_kv // max(predicted_kv, 1), **whole),
+            ComponentResult(component="weights", predicted_bytes=full_w, scaled=True,
+                            measured_bytes=measured_weights * full_w // max(predicted_weights, 1), **whole),
+        ]
+    del model, cache, out
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def device_description() -> dict[str, Any]:
+    require_torch()
+    import torch
+    import transformers
+
+    info: dict[str, Any] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(name=props.name, memory_bytes=props.total_memory, cuda=torch.version.cuda)
+        try:
+            import subprocess
+
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            info["driver"] = "unknown"
+    else:
+        info["name"] = "cpu"
+    return info

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.gpus import GPUSpec
@@ -80,6 +81,16 @@ class FitResult:
     settings: dict[str, float | int | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     params: int = 0
+
+
+def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:
+    """A measured figure when the user gave one; else kvplan's estimate, recorded in ``estimated``."""
+    if given is not None:
+        return given
+    value = estimate()
+    if value:
+        estimated.add(name)
+    return value
 
 
 def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str) -> KVDtype:

@@ -17,7 +17,15 @@ Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research
 from __future__ import annotations
 
 from kvplan.core.capacity import estimates
-from kvplan.core.capacity.common import Breakdown, FitRequest, FitResult, GiB, model_weights, resolve_kv_dtype
+from kvplan.core.capacity.common import (
+    Breakdown,
+    FitRequest,
+    FitResult,
+    GiB,
+    given_or_estimate,
+    model_weights,
+    resolve_kv_dtype,
+)
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import pp_stages, size_kv
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer
@@ -58,20 +66,12 @@ def fit_sglang(req: FitRequest) -> FitResult:
     eng = get_engine("sglang", block_size=req.block_size) if req.block_size else get_engine("sglang")
     dtype = resolve_kv_dtype(spec, req.kv_dtype)
     stages = pp_stages(spec.num_layers, req.pp)
-    nt = req.non_torch_memory
-    if nt is None:
-        nt = estimates.non_torch_bytes(req.tp, req.pp)
-        estimated.add("non_torch")
-    a = req.activation_memory
-    if a is None:
-        a = estimates.activation_peak_bytes(spec, tokens=8192 if gpu.memory_bytes > 60 * GiB else 4096,
-                                            max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
-                                            act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1))
-        estimated.add("activation")
-    cg = req.cuda_graph_memory if req.cuda_graph_memory is not None else estimates.cuda_graph_bytes(
-        spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp)
-    if req.cuda_graph_memory is None and cg:
-        estimated.add("cuda_graph")
+    nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated, lambda: estimates.non_torch_bytes(req.tp, req.pp))
+    a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
+        spec, tokens=8192 if gpu.memory_bytes > 60 * GiB else 4096, max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
+        act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))
+    cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
+        spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp))
     free_before = gpu.memory_bytes - nt
 
     best = None

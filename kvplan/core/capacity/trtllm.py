@@ -12,7 +12,15 @@ Sources (NVIDIA/TensorRT-LLM; details in docs/engine-research.md):
 from __future__ import annotations
 
 from kvplan.core.capacity import estimates
-from kvplan.core.capacity.common import Breakdown, FitRequest, FitResult, GiB, model_weights, resolve_kv_dtype
+from kvplan.core.capacity.common import (
+    Breakdown,
+    FitRequest,
+    FitResult,
+    GiB,
+    given_or_estimate,
+    model_weights,
+    resolve_kv_dtype,
+)
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import pp_stages, size_kv
 from kvplan.errors import ConfigError
@@ -29,15 +37,10 @@ def fit_trtllm(req: FitRequest) -> FitResult:
     eng = get_engine("trtllm", block_size=req.block_size) if req.block_size else get_engine("trtllm")
     weights, notes = model_weights(req)
     estimated: set[str] = set()
-    a = req.activation_memory
-    if a is None:
-        a = estimates.activation_peak_bytes(spec, tokens=req.max_num_batched_tokens or 8192, max_num_seqs=req.max_num_seqs or 256,
-                                            tp=req.tp, act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1))
-        estimated.add("activation")
-    nt = req.non_torch_memory
-    if nt is None:
-        nt = estimates.non_torch_bytes(req.tp, req.pp)
-        estimated.add("non_torch")
+    a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
+        spec, tokens=req.max_num_batched_tokens or 8192, max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
+        act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))
+    nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated, lambda: estimates.non_torch_bytes(req.tp, req.pp))
     cg = req.cuda_graph_memory or 0
     pp_stages(spec.num_layers, req.pp)  # validates pp against the layers
     w = req.weights_memory if req.weights_memory is not None else max(weights.per_stage_bytes)  # type: ignore[union-attr]

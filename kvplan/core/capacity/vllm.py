@@ -29,7 +29,15 @@ import math
 from dataclasses import dataclass
 
 from kvplan.core.capacity import estimates
-from kvplan.core.capacity.common import Breakdown, FitRequest, FitResult, GiB, model_weights, resolve_kv_dtype
+from kvplan.core.capacity.common import (
+    Breakdown,
+    FitRequest,
+    FitResult,
+    GiB,
+    given_or_estimate,
+    model_weights,
+    resolve_kv_dtype,
+)
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.sizing import pp_stages
@@ -163,20 +171,13 @@ def fit_vllm(req: FitRequest) -> FitResult:
     for s, layer_range in enumerate(stages):
         last = s == len(stages) - 1
         w = req.weights_memory if req.weights_memory is not None else weights.per_stage_bytes[s]  # type: ignore[union-attr]
-        a = req.activation_memory
-        if a is None:
-            a = estimates.activation_peak_bytes(spec, tokens=mnbt, max_num_seqs=max_num_seqs, tp=req.tp,
-                                                act_bytes=act_bytes, last_stage=last, sampler_run=not req.legacy_v0)
-            estimated.add("activation")
-        nt = req.non_torch_memory
-        if nt is None:
-            nt = estimates.non_torch_bytes(req.tp, req.pp)
-            estimated.add("non_torch")
-        cg = req.cuda_graph_memory
-        if cg is None:
-            cg = estimates.cuda_graph_bytes(spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0)
-            if cg:
-                estimated.add("cuda_graph")
+        a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
+            spec, tokens=mnbt, max_num_seqs=max_num_seqs, tp=req.tp, act_bytes=act_bytes, last_stage=last,
+            sampler_run=not req.legacy_v0))
+        nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated,
+                               lambda: estimates.non_torch_bytes(req.tp, req.pp))
+        cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
+            spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0))
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
             estimated.discard("activation"), estimated.discard("non_torch"), estimated.discard("cuda_graph")

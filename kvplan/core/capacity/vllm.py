@@ -180,7 +180,7 @@ def fit_vllm(req: FitRequest) -> FitResult:
             spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0))
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
-            estimated.discard("activation"), estimated.discard("non_torch"), estimated.discard("cuda_graph")
+            estimated.clear()  # the budget is skipped: nothing estimated enters the KV figure
         else:
             kv = requested - w - a - nt - (cg if req.cuda_graphs_in_budget else 0)
         layout = kv_layout([spec.layers[i] for i in layer_range], req, block_size)

@@ -12,7 +12,7 @@ from rich.table import Table
 from kvplan.cli.app import app
 from kvplan.cli.format import bytes_cell, format_bytes, print_json
 from kvplan.core.dtypes import get_dtype
-from kvplan.core.engines import ENGINES, get_engine
+from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv
 from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
@@ -104,17 +104,23 @@ def size(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
-    eng = get_engine(engine, block_size=block_size)
+    get_engine(engine, block_size=block_size)  # reject a bad engine or block size before loading anything
     if kv_cache_dtype != "auto":
         get_dtype(kv_cache_dtype)
     spec = load_model(model)
+    eng, engine_note = engine_for(spec, engine, block_size=block_size)
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
     if as_json:
-        print_json(size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal))
+        out = size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal)
+        if engine_note:
+            out["notes"].append(engine_note)
+        print_json(out)
         return
     _render_size(spec, result, eng.describe_rules(), defaulted, ideal)
+    if engine_note:
+        console.print(f"[yellow]note:[/] {engine_note}")
 
 
 def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, ideal: SizeResult) -> None:

@@ -98,7 +98,7 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
     """(measured value, limit) of each limit the budget names; sizes in bytes."""
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
-    from kvplan.core.engines import get_engine
+    from kvplan.core.engines import engine_for, get_engine
     from kvplan.core.sizing import size_kv
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
@@ -110,7 +110,7 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
         spec = load_model(budget.model)
         max_len = budget.max_model_len or spec.max_model_len
         if asked.keys() & set(SIZE_LIMITS):
-            engine = get_engine(budget.engine)
+            engine, _ = engine_for(spec, budget.engine)
             r = size_kv(spec, engine, batch=budget.batch, seq_len=budget.seq_len or max_len,
                         kv_dtype=budget.kv_cache_dtype, tp=budget.tensor_parallel_size, pp=budget.pipeline_parallel_size)
             out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,

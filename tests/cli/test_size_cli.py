@@ -145,3 +145,11 @@ def test_size_does_not_import_torch_or_transformers():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
+
+
+def test_vllm_mla_uses_flashmla_blocks_unless_told():
+    out = run_json("size", "deepseek-v3", "--engine", "vllm", "--seq-len", "100")
+    assert out["block_size"] == 64 and any("64-token blocks" in n for n in out["notes"])
+    assert out["layers"][0]["tokens_held"] == 128
+    out = run_json("size", "deepseek-v3", "--engine", "vllm", "--seq-len", "100", "--block-size", "16")
+    assert out["block_size"] == 16 and out["layers"][0]["tokens_held"] == 112

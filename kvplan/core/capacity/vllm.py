@@ -38,7 +38,7 @@ from kvplan.core.capacity.common import (
     model_weights,
     resolve_kv_dtype,
 )
-from kvplan.core.engines import get_engine
+from kvplan.core.engines import VLLM_MLA_BLOCK_SIZE, get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer
@@ -46,7 +46,7 @@ from kvplan.errors import ConfigError
 
 DEFAULT_UTILIZATION = 0.92
 DEFAULT_BLOCK_SIZE = 16
-MLA_BLOCK_SIZE = 64
+MLA_BLOCK_SIZE = VLLM_MLA_BLOCK_SIZE
 KERNEL_BLOCK_ALIGN = 16
 
 

@@ -10,6 +10,7 @@ from kvplan.core.engines.ideal import IdealEngine
 from kvplan.core.engines.sglang import SGLangEngine
 from kvplan.core.engines.trtllm import TRTLLMEngine
 from kvplan.core.engines.vllm import VLLMEngine
+from kvplan.core.spec import MLALayer, ModelSpec
 from kvplan.errors import InputError
 
 ENGINES: dict[str, type[Engine]] = {
@@ -39,4 +40,17 @@ def get_engine(name: str, *, block_size: int | None = None) -> Engine:
     return engine
 
 
-__all__ = ["ENGINES", "Engine", "get_engine"]
+# vLLM on CUDA forces the KV block size of MLA models to 64 (FlashMLA; vllm/platforms/cuda.py).
+VLLM_MLA_BLOCK_SIZE = 64
+
+
+def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None) -> tuple[Engine, str | None]:
+    """The engine with the block size it would use for this model, and a note when that differs
+    from the engine's usual default."""
+    if block_size is None and name.lower() == "vllm" and any(isinstance(x, MLALayer) for x in spec.layers):
+        return get_engine(name, block_size=VLLM_MLA_BLOCK_SIZE), (
+            f"vLLM uses {VLLM_MLA_BLOCK_SIZE}-token blocks for MLA models (FlashMLA); --block-size overrides")
+    return get_engine(name, block_size=block_size), None
+
+
+__all__ = ["ENGINES", "Engine", "engine_for", "get_engine"]

@@ -19,7 +19,7 @@ from kvplan.errors import ConfigError
 if TYPE_CHECKING:
     from kvplan.core.budgets import Change, LimitResult
 
-console = Console()
+console = Console(highlight=False)
 _BYTES = ("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
 
 

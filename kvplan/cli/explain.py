@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.vllm_log import VLLMLog
 
-console = Console()
+console = Console(highlight=False)
 
 
 def _cell(row: ExplainRow, value: float | None) -> str:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when
     from kvplan.core.capacity.common import FitResult
     from kvplan.core.capacity.fit import WhatIf
 
-console = Console()
+console = Console(highlight=False)
 _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
                "kv_cache": "green", "unused": "grey50"}
 

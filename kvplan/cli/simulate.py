@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from kvplan.core.sim.model import SimResult
     from kvplan.io.workload import Workload
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
 PARALLEL_FROM_REQUESTS = 20_000  # below this, one process is faster than starting workers
 TIMELINE_POINTS = 400
 

@@ -18,7 +18,7 @@ from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 from kvplan.io.models import bundled_index, load_bundled, load_model
 
-console = Console()
+console = Console(highlight=False)
 
 ENGINE_HELP = f"Whose allocation rules: {', '.join(ENGINES)}."
 DTYPE_HELP = "KV dtype: auto (the model's), fp32, bf16, fp16, fp8 (e4m3/e5m2), int8, int4, nvfp4."

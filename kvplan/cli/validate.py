@@ -13,7 +13,7 @@ from kvplan.cli.app import app
 from kvplan.cli.format import format_bytes, print_json
 from kvplan.errors import InputError
 
-console = Console()
+console = Console(highlight=False)
 
 
 @app.command()

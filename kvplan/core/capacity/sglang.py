@@ -105,7 +105,17 @@ def fit_sglang(req: FitRequest) -> FitResult:
     per_req = size_kv(spec, eng, batch=1, seq_len=max_len, kv_dtype=req.kv_dtype, tp=req.tp, pp=req.pp)
     attn_per_req = sum(g.per_gpu_bytes for g in per_req.groups if g.layer.kind is not LayerKind.LINEAR)
     kv_bytes = max(0, rest)  # the token pool, and the mamba state pool of hybrids
-    concurrency = full_tokens / max_len if max_len else 0.0
+    # a request holds max_model_len tokens in the full pool and at most its window in the SWA pool
+    windows = [x.window for x in spec.layers if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
+    full_layers = any(not isinstance(x, LinearLayer) and not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
+                      for x in spec.layers)
+    limits = []
+    if full_layers:
+        limits.append(full_tokens / max_len)
+    if windows:
+        swa_pool = int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens
+        limits.append(swa_pool / min(max(windows), max_len))
+    concurrency = min(limits) if limits else 0.0
     if mamba_slots is not None:
         concurrency = min(concurrency, float(mamba_slots))
     # longest context one request can have: its full-attention tokens must fit the full pool

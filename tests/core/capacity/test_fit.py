@@ -138,3 +138,10 @@ def test_estimates_are_marked():
 def test_bad_requests(kw, match):
     with pytest.raises(InputError, match=match):
         fit(FitRequest(spec=load_model("llama2-7b"), gpu=GPU80, **kw))
+
+
+def test_sglang_sliding_only_model_needs_only_its_window_per_request():
+    r = fit(given(spec=load_model("mistral-7b"), engine="sglang", max_model_len=32768))
+    assert r.max_concurrency == pytest.approx(r.kv_cache_tokens / 4096)
+    hybrid = fit(given(spec=load_model("gemma2-9b"), engine="sglang", max_model_len=8192))
+    assert 0 < hybrid.max_concurrency <= hybrid.kv_cache_tokens / 8192 * 2

@@ -94,7 +94,10 @@ def check(
     changes = compare(results, base) if baseline else []
     passed = all(r.passed for r in results)
     if junit:
-        junit.write_text(junit_xml(results), encoding="utf-8")
+        try:
+            junit.write_text(junit_xml(results), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--junit-xml {junit}: cannot write ({exc.strerror})") from None
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for r in results:
             if not r.passed:

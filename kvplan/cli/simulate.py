@@ -104,6 +104,8 @@ def simulate(
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+        if not plot.parent.is_dir():
+            raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
     show_progress = not as_json and sys.stderr.isatty() and len(w.requests) * len(w.allocators) >= 20_000
     results = run_all(w, progress=show_progress, points=TIMELINE_POINTS if plot else 0)
     if plot is not None:

@@ -96,7 +96,8 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
     scale_txt = f" + {scale} B scales per vector" if scale else ""
     heads = sum(vectors[0][0])
     if isinstance(layer, MLALayer) and engine.mla_latent:
-        return f"{count} layers x ({layer.kv_lora_rank} kv_lora_rank + {layer.qk_rope_head_dim} rope) x {width}{scale_txt}"
+        ranks = f" x {tp} ranks (replicated)" if tp > 1 else ""
+        return f"{count} layers x ({layer.kv_lora_rank} kv_lora_rank + {layer.qk_rope_head_dim} rope) x {width}{scale_txt}{ranks}"
     if len(vectors) == 2 and vectors[0][1] == vectors[1][1]:
         return f"2 x {count} layers x {heads} kv_heads x {vectors[0][1]} head_dim x {width}{scale_txt}"
     return f"{count} layers x {heads} kv_heads x ({vectors[0][1]} K + {vectors[1][1]} V) x {width}{scale_txt}"

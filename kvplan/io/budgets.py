@@ -98,7 +98,7 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
     """(measured value, limit) of each limit the budget names; sizes in bytes."""
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
-    from kvplan.core.engines import engine_for, get_engine
+    from kvplan.core.engines import engine_for
     from kvplan.core.sizing import size_kv
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
@@ -121,7 +121,7 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
                              pp=budget.pipeline_parallel_size, kv_dtype=budget.kv_cache_dtype,
                              gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len)
             f = fit(req)
-            per_request = size_kv(spec, get_engine(budget.engine), batch=budget.batch, seq_len=f.max_model_len,
+            per_request = size_kv(spec, engine_for(spec, budget.engine)[0], batch=budget.batch, seq_len=f.max_model_len,
                                   kv_dtype=budget.kv_cache_dtype, tp=budget.tensor_parallel_size,
                                   pp=budget.pipeline_parallel_size).per_gpu_bytes
             b = f.breakdown

@@ -77,6 +77,7 @@ def _lookup_bundled(ref: str) -> BundledEntry | None:
     return None
 
 
+@lru_cache(maxsize=None)
 def _read_bundled(path: Path) -> BundledModel:
     data = load_yaml(path)
     plainly_right = (

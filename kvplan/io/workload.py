@@ -225,8 +225,8 @@ def _length(spec: Length, base: Path) -> LengthDist:
             except (KeyError, ValueError):
                 raise ConfigError(f"{path}: line {i}: column {spec.column!r} must hold an integer") from None
         return LengthDist(dist="empirical", values=tuple(values))
-    if isinstance(spec, Uniform) and spec.high < spec.low:
-        raise ConfigError(f"uniform: high ({spec.high}) must be >= low ({spec.low})")
+    if isinstance(spec, (Uniform, Zipf)) and spec.high < spec.low:
+        raise ConfigError(f"{spec.dist}: high ({spec.high}) must be >= low ({spec.low})")
     return LengthDist(**spec.model_dump())
 
 
@@ -303,6 +303,9 @@ def resolve_workload(path: Path) -> Workload:
                          "fixed linear-attention states are not modelled)")
     pool_bytes, pool_tokens = pool_override(wf)
     fit_result = None
+    if pool_tokens is None and spec is not None and bpt == 0:
+        raise ConfigError(f"{path}: {spec.name} holds no per-token KV cache (no attention layers); "
+                          "give serving.kv_pool_tokens")
     if pool_tokens is None:
         if spec is None:
             raise ConfigError(f"{path}: serving needs a model (or kv_pool_tokens) to size the KV pool")

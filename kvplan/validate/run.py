@@ -73,8 +73,8 @@ def reduced_config(raw: dict[str, Any], layers: int | None) -> dict[str, Any]:
             if layers > target[key]:
                 raise InputError(f"--layers {layers} exceeds the model's {target[key]} layers")
             target[key] = layers
-    for key in ("layer_types", "no_rope_layers", "mlp_only_layers"):
-        if isinstance(target.get(key), list) and key != "mlp_only_layers":
+    for key in ("layer_types", "no_rope_layers"):
+        if isinstance(target.get(key), list):
             target[key] = target[key][:layers]
     return cfg
 
@@ -107,7 +107,8 @@ def hf_activation_estimate(spec: ModelSpec, *, batch: int, prompt_len: int, act_
     estimate) plus the logits of every prompt position (``logits_to_keep=0``) and their fp32 copy."""
     vocab = spec.arch.vocab_size if spec.arch else 0
     tokens = batch * prompt_len
-    return tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2 + tokens * vocab * (act_bytes + 4)
+    fp32 = get_dtype("fp32").vector_bytes(1)
+    return tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2 + tokens * vocab * (act_bytes + fp32)
 
 
 def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:

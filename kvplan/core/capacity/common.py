@@ -127,6 +127,13 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
 
 
 def check_request(req: FitRequest) -> None:
+    from kvplan.core.engines import MAX_BLOCK_SIZE
+    from kvplan.core.sizing import MAX_PARALLEL, check_positive
+
+    check_positive("tensor parallel size", req.tp, MAX_PARALLEL)
+    check_positive("pipeline parallel size", req.pp, MAX_PARALLEL)
+    if req.block_size is not None:
+        check_positive("block size", req.block_size, MAX_BLOCK_SIZE)
     util = req.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise InputError(f"gpu memory utilization must be in (0, 1] (got {util}); e.g. 0.9")

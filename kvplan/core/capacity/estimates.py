@@ -11,6 +11,7 @@ there.
 
 from __future__ import annotations
 
+from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ModelSpec
 
 GiB = 1 << 30
@@ -43,7 +44,8 @@ def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp
     """Peak activation of a profiling run over ``tokens`` batched tokens (vLLM ``profile_run``)."""
     forward = tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2
     vocab = spec.arch.vocab_size if spec.arch else 0
-    sampler = max_num_seqs * -(-vocab // tp) * 4 * SAMPLER_COPIES if (last_stage and sampler_run) else 0
+    fp32 = get_dtype("fp32").vector_bytes(1)  # the sampler's logits are float32
+    sampler = max_num_seqs * -(-vocab // tp) * fp32 * SAMPLER_COPIES if (last_stage and sampler_run) else 0
     return forward + sampler
 
 

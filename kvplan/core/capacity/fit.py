@@ -56,7 +56,7 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         "free_gpu_memory_fraction") or DEFAULT_UTILIZATION
     if float(util) < 0.95:
         options.append(("--gpu-memory-utilization 0.95", dataclasses.replace(req, gpu_memory_utilization=0.95)))
-    if req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
+    if req.weights_memory is None and req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
         options.append(("--weight-dtype fp8 (an FP8 checkpoint)", dataclasses.replace(req, weight_dtype="fp8")))
     out = []
     for label, alt in options:

@@ -27,8 +27,8 @@ from kvplan.core.capacity.common import (
     resolve_kv_dtype,
 )
 from kvplan.core.engines import get_engine
-from kvplan.core.sizing import pp_stages, size_kv
-from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer
+from kvplan.core.sizing import pp_stages
+from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError
 
 MiB = 1 << 20
@@ -36,19 +36,24 @@ SWA_FULL_TOKENS_RATIO = 0.8
 MAMBA_FULL_MEMORY_RATIO = 0.9
 
 
-def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
+def prefill_defaults(memory_bytes: int, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) by GPU memory (server_args.py)."""
     mem_mib = memory_bytes / MiB
     big = tp >= 4
     if mem_mib < 20 * 1024:
-        chunk, graph_bs = 2048, 8
-    elif mem_mib < 35 * 1024:
-        chunk, graph_bs = 2048, 80 if big else 24
-    elif mem_mib < 60 * 1024:
-        chunk, graph_bs = 4096, 160 if big else 32
-    elif mem_mib < 160 * 1024:
-        chunk, graph_bs = 8192, 512 if big else 256
-    else:
-        chunk, graph_bs = 16384, 512
+        return 2048, 8
+    if mem_mib < 35 * 1024:
+        return 2048, 80 if big else 24
+    if mem_mib < 60 * 1024:
+        return 4096, 160 if big else 32
+    if mem_mib < 160 * 1024:
+        return 8192, 512 if big else 256
+    return 16384, 512
+
+
+def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
+    mem_mib = memory_bytes / MiB
+    chunk, graph_bs = prefill_defaults(memory_bytes, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
     if mem_mib > 60 * 1024:
         reserved = max(reserved, 10240)
@@ -68,7 +73,8 @@ def fit_sglang(req: FitRequest) -> FitResult:
     stages = pp_stages(spec.num_layers, req.pp)
     nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated, lambda: estimates.non_torch_bytes(req.tp, req.pp))
     a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
-        spec, tokens=8192 if gpu.memory_bytes > 60 * GiB else 4096, max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
+        spec, tokens=req.max_num_batched_tokens or prefill_defaults(gpu.memory_bytes, req.tp)[0],
+        max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
         act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))
     cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
         spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp))
@@ -102,33 +108,41 @@ def fit_sglang(req: FitRequest) -> FitResult:
     full_tokens, rest, w, tokens, mamba_slots, layers = best
     page = eng.block_size
     tokens = tokens // page * page
-    per_req = size_kv(spec, eng, batch=1, seq_len=max_len, kv_dtype=req.kv_dtype, tp=req.tp, pp=req.pp)
-    attn_per_req = sum(g.per_gpu_bytes for g in per_req.groups if g.layer.kind is not LayerKind.LINEAR)
     kv_bytes = max(0, rest)  # the token pool, and the mamba state pool of hybrids
-    # a request holds max_model_len tokens in the full pool and at most its window in the SWA pool
+    # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
     windows = [x.window for x in spec.layers if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
-    full_layers = any(not isinstance(x, LinearLayer) and not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
+    full_layers = any(isinstance(x, MLALayer) or (isinstance(x, AttentionLayer) and x.kind is not LayerKind.SLIDING)
                       for x in spec.layers)
+    window = max(windows) if windows else 0
+    swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
+    upper = max(spec.max_model_len, max_len)
+
+    def request_fits(length: int) -> bool:
+        return (not full_layers or full_tokens >= length) and (not windows or swa_pool >= min(length, window))
+
     limits = []
     if full_layers:
         limits.append(full_tokens / max_len)
     if windows:
-        swa_pool = int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens
-        limits.append(swa_pool / min(max(windows), max_len))
-    concurrency = min(limits) if limits else 0.0
+        limits.append(swa_pool / min(window, max_len))
     if mamba_slots is not None:
-        concurrency = min(concurrency, float(mamba_slots))
-    # longest context one request can have: its full-attention tokens must fit the full pool
-    max_fit = min(full_tokens, max(spec.max_model_len, max_len)) if attn_per_req else max(spec.max_model_len, max_len)
+        limits.append(float(mamba_slots))
+    concurrency = min(limits) if limits and rest > 0 else 0.0
+    lo, hi = 0, upper  # the longest context one request can have
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)
+    max_fit = lo if rest > 0 else 0
     reasons = []
     if rest <= 0:
         reasons.append(f"weights {w / GiB:.2f} GiB exceed mem_fraction_static {frac} x {free_before / GiB:.2f} GiB "
                        f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
-    elif full_tokens < max_len:
-        reasons.append(f"the token pool holds {full_tokens:,} tokens, fewer than one request of {max_len:,}")
+    elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
+        reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold one "
+                       f"request of {max_len:,} tokens; the longest that fits is {max_fit:,}")
     if req.concurrency and concurrency < req.concurrency and not reasons:
-        reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens need {req.concurrency * max_len:,} "
-                       f"pool tokens; {full_tokens:,} fit ({concurrency:.2f} requests)")
+        reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens do not fit the token pools; "
+                       f"{concurrency:.2f} do")
     reserve = gpu.memory_bytes - max(0, rest) - w - nt
     if reserve < a + cg:
         notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated activation "

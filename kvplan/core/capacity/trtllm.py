@@ -37,6 +37,8 @@ def fit_trtllm(req: FitRequest) -> FitResult:
     eng = get_engine("trtllm", block_size=req.block_size) if req.block_size else get_engine("trtllm")
     weights, notes = model_weights(req)
     estimated: set[str] = set()
+    # TensorRT-LLM's estimation run uses max_num_tokens (8192 by default, llm_args.py BaseLlmArgs); the
+    # sampler rows are kvplan's assumption (256), not TensorRT-LLM's max_batch_size (2048).
     a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
         spec, tokens=req.max_num_batched_tokens or 8192, max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
         act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))

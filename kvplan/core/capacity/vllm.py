@@ -180,7 +180,6 @@ def fit_vllm(req: FitRequest) -> FitResult:
             spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0))
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
-            estimated.clear()  # the budget is skipped: nothing estimated enters the KV figure
         else:
             kv = requested - w - a - nt - (cg if req.cuda_graphs_in_budget else 0)
         layout = kv_layout([spec.layers[i] for i in layer_range], req, block_size)
@@ -198,10 +197,11 @@ def fit_vllm(req: FitRequest) -> FitResult:
                        f"{util} x {gpu.memory_bytes / GiB:.2f} GiB = {requested / GiB:.2f} GiB "
                        f"(short by {-kv / GiB:.2f} GiB)")
     else:
-        needed = max(layout.bytes_needed(max_len, mnbt) for _, _, layout, *_ in per_stage)
-        if needed > kv:
+        short = [(st[2].bytes_needed(max_len, mnbt), st[1]) for st in per_stage if st[2].bytes_needed(max_len, mnbt) > st[1]]
+        if short:
+            needed, avail = short[0]
             reasons.append(f"one request of max_model_len {max_len:,} needs {needed / GiB:.2f} GiB of KV cache, "
-                           f"{kv / GiB:.2f} GiB available; the longest that fits is {max_fit:,}")
+                           f"{avail / GiB:.2f} GiB available; the longest that fits is {max_fit:,}")
     if req.concurrency and concurrency < req.concurrency and not reasons:
         reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens need "
                        f"{req.concurrency / max(concurrency, 1e-9):.2f}x the KV cache; {concurrency:.2f} fit")

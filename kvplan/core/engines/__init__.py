@@ -31,6 +31,7 @@ def get_engine(name: str, *, block_size: int | None = None) -> Engine:
     except KeyError:
         raise InputError(f"unknown engine {name!r}; use one of: {', '.join(ENGINES)}") from None
     engine = cls()
+    name = name.lower()
     if block_size is not None:
         if not 1 <= block_size <= MAX_BLOCK_SIZE:
             raise InputError(f"block size must be between 1 and {MAX_BLOCK_SIZE} (got {block_size})")

@@ -45,7 +45,8 @@ def test_vllm_budget_blocks_tokens_concurrency():
 
 def test_kv_cache_memory_bytes_skips_the_budget():
     r = fit(FitRequest(spec=load_model("llama2-7b"), gpu=GPU80, kv_cache_memory_bytes=8 * GiB))
-    assert r.num_blocks == 8 * GiB // (16 * 524_288) and r.estimated == ()
+    assert r.kv_cache_memory_bytes == 8 * GiB and r.num_blocks == 8 * GiB // (16 * 524_288)
+    assert set(r.estimated) == {"activation", "non_torch", "cuda_graph"}  # the breakdown still shows estimates
 
 
 def test_vllm_max_model_len_estimate_is_the_largest_that_fits():

@@ -44,9 +44,7 @@ def _root(
 
 
 def main() -> None:
-    # Imported for their side effect: each module registers its commands on ``app``.
-    from kvplan.cli import check, explain, fit, simulate, size, validate  # noqa: F401
-
+    """The console script (the commands register themselves when ``kvplan.cli`` is imported)."""
     try:
         app(prog_name="kvplan")
     except KeyboardInterrupt:

@@ -179,6 +179,14 @@ def size_kv(
     )
 
 
+def slot_bytes_per_gpu(spec: ModelSpec, *, kv_dtype: str = "auto", tp: int = 1, pp: int = 1) -> int:
+    """Bytes one token slot takes on the most loaded GPU, over the layers whose cache grows with tokens."""
+    from kvplan.core.engines import get_engine
+
+    one = size_kv(spec, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=kv_dtype, tp=tp, pp=pp)
+    return sum(g.per_gpu_bytes for g in one.groups if g.tokens_held_per_layer)
+
+
 def layer_token_bytes(layer: Layer, engine: Engine, kv_dtype: KVDtype, tp: int = 1) -> int:
     """Bytes of one token slot of one layer summed over ranks (0 for fixed-state layers)."""
     if isinstance(layer, (AttentionLayer, MLALayer)):

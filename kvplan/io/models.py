@@ -126,7 +126,8 @@ def _from_file(path: Path) -> ModelSpec:
         data = load_yaml(path)
         if isinstance(data, dict) and "config" in data and "name" in data:
             model = _read_bundled(path)
-            return spec_from_hf_config(model.config, name=model.name, origin=str(path), source=model.source)
+            return spec_from_hf_config(model.config, name=model.name, origin=str(path), source=model.source,
+                                       provenance=model.notes)
     else:
         data = load_json(path)
     name = path.parent.name if path.name == "config.json" else path.stem

@@ -279,8 +279,7 @@ def resolve_workload(path: Path) -> Workload:
     """Read a workload file and turn it into requests, a simulator config and allocators."""
     from kvplan.core.capacity.common import FitRequest, model_weights
     from kvplan.core.capacity.fit import fit
-    from kvplan.core.engines import get_engine
-    from kvplan.core.sizing import size_kv
+    from kvplan.core.sizing import slot_bytes_per_gpu
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
 
@@ -295,10 +294,9 @@ def resolve_workload(path: Path) -> Workload:
     requests = build_requests(wf, path, max_model_len=max_len)
     bpt = 0
     if spec is not None:
-        one = size_kv(spec, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=s.kv_cache_dtype,
-                      tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size)
-        bpt = sum(g.per_gpu_bytes for g in one.groups if g.tokens_held_per_layer)
-        if any(g.layer.kind.value in ("sliding", "chunked", "linear") for g in one.groups):
+        bpt = slot_bytes_per_gpu(spec, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
+                                 pp=s.pipeline_parallel_size)
+        if any(layer.kind.value in ("sliding", "chunked", "linear") for layer in spec.layers):
             notes.append("the simulator holds every token in every attention layer (sliding windows and "
                          "fixed linear-attention states are not modelled)")
     pool_bytes, pool_tokens = pool_override(wf)

@@ -22,7 +22,7 @@ from kvplan.core.capacity.common import (
     resolve_kv_dtype,
 )
 from kvplan.core.engines import get_engine
-from kvplan.core.sizing import pp_stages, size_kv
+from kvplan.core.sizing import pp_stages, size_kv, slot_bytes_per_gpu
 from kvplan.errors import ConfigError
 
 DEFAULT_FREE_FRACTION = 0.9
@@ -48,8 +48,7 @@ def fit_trtllm(req: FitRequest) -> FitResult:
     w = req.weights_memory if req.weights_memory is not None else max(weights.per_stage_bytes)  # type: ignore[union-attr]
     kv = req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None else int((gpu.memory_bytes - w - a - nt - cg) * frac)
     # bytes of one token slot on the most loaded GPU (fixed linear-attention state aside)
-    one = size_kv(spec, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=req.kv_dtype, tp=req.tp, pp=req.pp)
-    bytes_per_token = sum(g.per_gpu_bytes for g in one.groups if g.tokens_held_per_layer)
+    bytes_per_token = slot_bytes_per_gpu(spec, kv_dtype=req.kv_dtype, tp=req.tp, pp=req.pp)
     tokens = max(0, kv) // bytes_per_token if bytes_per_token else 0
     blocks = tokens // eng.block_size
 

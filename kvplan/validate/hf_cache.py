@@ -68,7 +68,8 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
     return model.eval()
 
 
-def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, seed: int = 0) -> CacheMeasurement:
+def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, seed: int = 0,
+                   device: str = "cpu") -> CacheMeasurement:
     """Prefill ``prompt_len`` tokens, decode one token at a time up to ``seq_len`` tokens in the cache,
     and measure the cache storage. ``seq_len`` must exceed ``prompt_len`` (measured after a decode step).
     """
@@ -79,7 +80,7 @@ def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, see
         raise ValueError("seq_len must exceed prompt_len: the cache is measured after a decode step")
     gen = torch.Generator().manual_seed(seed)
     vocab = model.config.get_text_config().vocab_size
-    ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen)
+    ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(device)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         out = model(input_ids=ids, past_key_values=cache, use_cache=True)

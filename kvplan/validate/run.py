@@ -115,7 +115,7 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
     require_torch()
     import torch
 
-    from kvplan.validate.hf_cache import build_model, cache_storage_bytes
+    from kvplan.validate.hf_cache import build_model, measure_decode
 
     device = _device(case.device)
     dtype = get_dtype(spec.dtype if case.dtype == "auto" else case.dtype)
@@ -140,19 +140,8 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
         after_load = torch.cuda.memory_allocated()
     measured_weights = _weights_bytes(model)
 
-    from transformers import DynamicCache
-
-    gen = torch.Generator().manual_seed(0)
-    vocab = model.config.get_text_config().vocab_size
-    ids = torch.randint(0, vocab, (case.batch, prompt_len), generator=gen).to(device)
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
-        for _ in range(case.seq_len - prompt_len):
-            nxt = out.logits[:, -1:].argmax(-1)
-            out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
-    cache = out.past_key_values
-    measured_kv = cache_storage_bytes(cache).total_bytes
+    measured_kv = measure_decode(model, batch=case.batch, prompt_len=prompt_len, seq_len=case.seq_len,
+                                 device=device).total_bytes
 
     layers = sub.num_layers
     predicted_kv = size_kv(sub, get_engine("hf"), batch=case.batch, seq_len=case.seq_len, kv_dtype=dtype.name).total_bytes
@@ -181,7 +170,7 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
             ComponentResult(component="weights", predicted_bytes=full_w, scaled=True,
                             measured_bytes=measured_weights * full_w // max(predicted_weights, 1), **whole),
         ]
-    del model, cache, out
+    del model
     if device == "cuda":
         torch.cuda.empty_cache()
     return results

@@ -194,14 +194,14 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     if as_json:
         print_json({"models": rows})
         return
-    table = Table(title=f"{len(rows)} bundled models (any config.json path or cached hub id works too)")
-    for col in ("name", "hub id", "layers", "attention", "dtype", "max context", "KV bytes/token"):
-        table.add_column(col, justify="right" if col in ("layers", "max context", "KV bytes/token") else "left")
+    table = Table(title=f"{len(rows)} bundled models (any config.json path or cached hub id works too; --json "
+                        "lists their hub ids and sources)")
+    for col in ("name", "layers", "attention", "dtype", "max context", "KV/token"):
+        table.add_column(col, justify="right" if col in ("layers", "max context", "KV/token") else "left",
+                         no_wrap=col == "name")
     for row in rows:
-        table.add_row(
-            row["name"], (row["aliases"] or [""])[0], str(row["layers"]), row["attention"], row["dtype"],
-            f"{row['max_model_len']:,}", format_bytes(row["bytes_per_token"]),
-        )
+        table.add_row(row["name"], str(row["layers"]), row["attention"].replace(", ", " + "), row["dtype"],
+                      f"{row['max_model_len']:,}", format_bytes(row["bytes_per_token"]))
     console.print(table)
 
 

@@ -19,7 +19,14 @@ def fit(req: FitRequest) -> FitResult:
     if req.engine not in FITTERS:
         raise InputError(f"fit knows the budgets of {', '.join(FITTERS)}; not {req.engine!r}")
     check_request(req)
-    return FITTERS[req.engine](req)
+    result = FITTERS[req.engine](req)
+    model_max = req.spec.max_model_len
+    if req.max_model_len and 0 < model_max < req.max_model_len:
+        # vLLM refuses this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (vllm/config/model.py, _get_and_verify_max_len)
+        result = dataclasses.replace(result, notes=(*result.notes, (
+            f"max_model_len {req.max_model_len:,} exceeds the model's {model_max:,} positions: engines refuse it "
+            "unless told otherwise (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), and quality past it is not assured")))
+    return result
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,8 @@ from kvplan.io.models import load_model
         ("llama2-70b", 69.0e9),
         ("llama3-8b", 8.03e9),
         ("llama3-70b", 70.6e9),
+        ("llama3.1-8b", 8.03e9),
+        ("llama3.1-70b", 70.6e9),
         ("llama3.1-405b", 405.9e9),
         ("mixtral-8x7b", 46.7e9),  # Mistral AI: 46.7B total, 12.9B active
         ("deepseek-v3", 671e9),  # DeepSeek-V3 report: 671B (685B with the MTP module, not loaded for serving)

@@ -178,7 +178,7 @@ class _Sim:
         heapq.heappush(self.events, (f - g.tb, g.order, g.epoch, g))  # completion at the end of that step
         g.s_adm = s
         if self.paged:
-            g.g_shared = g.req.prompt // self.B if n > 1 else self.Pb
+            g.g_shared = self._shared_blocks(g)
             self.CB += (g.g_shared - self.Pb) - n * g.g_shared
             self._phase(g.tb, n)
             g.s_enter = self.B * (_cdiv(f, self.B) - 1) + 1 - g.tb  # the step its tokens enter the last block
@@ -209,8 +209,12 @@ class _Sim:
                 self.place.free(off)  # type: ignore[union-attr]
             g.offsets = ()
 
+    def _shared_blocks(self, g: _Group) -> int:
+        """Blocks a sequence shares: the group's prompt blocks (n > 1), else the global prefix's."""
+        return g.req.prompt // self.B if g.req.n > 1 else self.Pb
+
     def _group_blocks(self, g: _Group, t: int) -> int:
-        shared = g.req.prompt // self.B if g.req.n > 1 else self.Pb
+        shared = self._shared_blocks(g)
         return (shared - self.Pb) + g.req.n * (_cdiv(t, self.B) - shared)
 
     def _region(self, g: _Group) -> int:

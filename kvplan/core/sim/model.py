@@ -23,6 +23,11 @@ from enum import Enum
 from kvplan.errors import InputError
 
 
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (a pow2 reservation; a buddy allocator's block)."""
+    return 1 << (n - 1).bit_length()
+
+
 class Preemption(str, Enum):
     RECOMPUTE = "recompute"
     SWAP = "swap"
@@ -80,7 +85,7 @@ class AllocatorSpec:
         if self.reservation == "max":
             return max_model_len
         if self.reservation == "pow2":
-            return 1 << (final_len - 1).bit_length()
+            return next_pow2(final_len)
         return final_len
 
 
@@ -122,7 +127,7 @@ def rejection(req: SimRequest, cfg: SimConfig, alloc: AllocatorSpec) -> str | No
     else:
         need = alloc.reservation_slots(req.final_len, cfg.max_model_len)
         if alloc.placement == "buddy":
-            need = 1 << (need - 1).bit_length()
+            need = next_pow2(need)
         if req.n * need > cfg.pool_slots:
             return "larger_than_kv_pool"
     return None

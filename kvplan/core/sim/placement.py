@@ -9,6 +9,8 @@ out of placement rather than out of a constant.
 
 from __future__ import annotations
 
+from kvplan.core.sim.model import next_pow2
+
 
 class BuddyAllocator:
     def __init__(self, capacity: int) -> None:
@@ -25,7 +27,7 @@ class BuddyAllocator:
 
     @staticmethod
     def rounded(size: int) -> int:
-        return 1 << (size - 1).bit_length()
+        return next_pow2(size)
 
     def _top_of(self, offset: int) -> int:
         start = max(s for s in self.top_order if s <= offset)

@@ -8,17 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, print_json
+from kvplan.cli.format import format_bytes, make_console, print_json
 from kvplan.errors import ConfigError
 
 if TYPE_CHECKING:
     from kvplan.core.budgets import Change, LimitResult
 
-console = Console(highlight=False)
+console = make_console()
 _BYTES = ("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
 
 
@@ -85,6 +84,9 @@ def check(
     from kvplan.core.budgets import compare, judge
     from kvplan.io.budgets import load_budgets, measure
 
+    from kvplan.io.examples import resolve_input
+
+    budgets_file = resolve_input(budgets_file, "budgets")
     spec = load_budgets(budgets_file)
     base = _load_baseline(baseline) if baseline else {}
     results = []

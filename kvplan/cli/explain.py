@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, print_json
+from kvplan.cli.format import format_bytes, make_console, print_json
 from kvplan.errors import KvplanError
 
 if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
@@ -20,7 +19,7 @@ if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.vllm_log import VLLMLog
 
-console = Console(highlight=False)
+console = make_console()
 
 
 def _cell(row: ExplainRow, value: float | None) -> str:

@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import bytes_cell, format_bytes, print_json
+from kvplan.cli.format import bytes_cell, format_bytes, make_console, print_json
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
     from kvplan.core.capacity.fit import WhatIf
 
-console = Console(highlight=False)
+console = make_console()
 _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
                "kv_cache": "green", "unused": "grey50"}
 

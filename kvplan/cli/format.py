@@ -1,12 +1,27 @@
-"""Byte formatting for people: binary units, labelled. JSON keeps integer bytes."""
+"""Output for people and for machines.
+
+People: byte figures in binary units, labelled; tables that never lose a digit. A table prints as
+it is when its narrowest layout fits the console (80 columns in a CI log or a pipe), then without
+borders, then as one record per row (``label`` then ``column: value`` pairs), so a cell is never cut
+with an ellipsis and a number never wraps over two lines (numeric columns are ``no_wrap``).
+
+Machines: JSON is strict (``NaN`` and infinities are a bug, not output) and keeps integer bytes.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+RECORD_INDENT = "  "
 
 
 def format_bytes(num_bytes: int | float) -> str:
@@ -26,5 +41,87 @@ def bytes_cell(num_bytes: int) -> str:
     return f"{num_bytes:,} B ({format_bytes(num_bytes)})"
 
 
+def flag_value(value: int | float) -> str:
+    """A number as it would be typed back as a flag: ``72944``, never ``72,944``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    """One JSON document on stdout. Non-finite floats raise ValueError: strict JSON has none."""
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich exits 1 here, the "does not fit" code; a closed pipe is not a verdict (141, as SIGPIPE)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console without automatic highlighting (it split names like paged-16 into colours)."""
+    return _Console(stderr=stderr, highlight=False)
+
+
+def new_table(*columns: str, numeric: tuple[str, ...] | str = (), title: str | None = None,
+              show_header: bool = True, no_wrap: tuple[str, ...] = ()) -> Table:
+    """A table whose ``numeric`` columns are right-aligned and never wrap (``numeric="*"``: all but the
+    first). ``no_wrap`` keeps other columns (names) on one line too."""
+    table = Table(title=title, title_justify="left", show_header=show_header)
+    for i, name in enumerate(columns):
+        is_num = (numeric == "*" and i > 0) or name in numeric
+        table.add_column(name, justify="right" if is_num else "left", no_wrap=is_num or name in no_wrap)
+    return table
+
+
+def _plain(cell: Any) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return str(cell)
+
+
+def _fits(console: Console, table: Table) -> bool:
+    return console.measure(table).minimum <= console.width
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` in the first layout that fits the console without cutting a cell."""
+    if _fits(console, table):
+        console.print(table)
+        return
+    compact = copy.copy(table)
+    compact.box = box.SIMPLE_HEAD
+    compact.padding = (0, 1)
+    compact.show_edge = False
+    if _fits(console, compact):
+        console.print(compact)
+        return
+    print_records(console, table)
+
+
+def print_records(console: Console, table: Table) -> None:
+    """One block per row: the first cell, then ``header: value`` pairs packed into lines that fit."""
+    if table.title:
+        console.print(table.title)
+    columns = table.columns
+    headers = [_plain(c.header) for c in columns]
+    cells = [[_plain(cell) for cell in c.cells] for c in columns]
+    width = max(console.width, 40)
+    for row in range(len(table.rows)):
+        label = cells[0][row].replace("\n", " ")
+        console.print(Text(label, style="bold"), soft_wrap=True)
+        line = RECORD_INDENT
+        for header, column in zip(headers[1:], cells[1:]):
+            value = column[row].replace("\n", " ").strip()
+            if not value:
+                continue
+            pair = f"{header}: {value}" if header else value
+            sep = "" if line == RECORD_INDENT else "; "
+            if line != RECORD_INDENT and len(line) + len(sep) + len(pair) > width:
+                console.print(Text(line), soft_wrap=True)
+                line, sep = RECORD_INDENT, ""
+            line += sep + pair
+        if line != RECORD_INDENT:
+            console.print(Text(line), soft_wrap=True)

@@ -9,19 +9,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, print_json
+from kvplan.cli.format import format_bytes, make_console, print_json
 from kvplan.errors import InputError
 
 if TYPE_CHECKING:
     from kvplan.core.sim.model import SimResult
     from kvplan.io.workload import Workload
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = make_console()
+err_console = make_console(stderr=True)
 PARALLEL_FROM_REQUESTS = 20_000  # below this, one process is faster than starting workers
 TIMELINE_POINTS = 400
 
@@ -94,7 +93,9 @@ def simulate(
     from kvplan.core.sim.model import allocator_spec
     from kvplan.io.workload import resolve_workload
 
-    w = resolve_workload(workload_file)
+    from kvplan.io.examples import resolve_input
+
+    w = resolve_workload(resolve_input(workload_file, "workload"))
     if allocator or placement:
         names = allocator or [a.name for a in w.allocators]
         where = placement or (w.allocators[0].placement if w.allocators else "buddy")

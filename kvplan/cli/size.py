@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import bytes_cell, format_bytes, print_json
+from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv
@@ -18,7 +18,7 @@ from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 from kvplan.io.models import bundled_index, load_bundled, load_model
 
-console = Console(highlight=False)
+console = make_console()
 
 ENGINE_HELP = f"Whose allocation rules: {', '.join(ENGINES)}."
 DTYPE_HELP = "KV dtype: auto (the model's), fp32, bf16, fp16, fp8 (e4m3/e5m2), int8, int4, nvfp4."
@@ -278,3 +278,28 @@ def show(
             per_tok = bytes_cell(row["bytes_per_token"])
         table.add_row(f"{len(row['layers'])} x [{format_indices(row['layers'])}]", row["kind"], cached, per_tok)
     console.print(table)
+
+
+@app.command()
+def examples(
+    name: Optional[str] = typer.Argument(None, help="An example's name: print its file (to copy and edit)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """The bundled example workloads and budgets; `kvplan simulate NAME` and `kvplan check NAME` take their names."""
+    from kvplan.io.examples import examples as bundled
+    from kvplan.io.examples import resolve_input
+
+    if name is not None:
+        kind = next((e.kind for e in bundled() if e.name == name), "workload")
+        sys.stdout.write(resolve_input(name, kind).read_text(encoding="utf-8"))
+        return
+    rows = [{"kind": e.kind, "name": e.name, "path": str(e.path), "summary": e.summary} for e in bundled()]
+    if as_json:
+        print_json({"examples": rows})
+        return
+    table = new_table("name", "kind", "what it is", no_wrap=("name",),
+                      title="Bundled examples: give the name where a file is expected")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["summary"])
+    print_table(console, table)
+    console.print("kvplan examples NAME > my.yaml   # a copy to edit")

@@ -6,14 +6,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, print_json
+from kvplan.cli.format import format_bytes, make_console, print_json
 from kvplan.errors import InputError
 
-console = Console(highlight=False)
+console = make_console()
 
 
 @app.command()

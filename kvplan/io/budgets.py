@@ -136,10 +136,14 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
         from kvplan.io.workload import resolve_workload
 
         assert budget.workload is not None
+        from kvplan.io.examples import resolve_input
+
         path = Path(budget.workload)
         path = path if path.is_absolute() else origin.parent / path
-        if not path.is_file():
-            raise ConfigError(f"{origin}: budget {budget.name!r}: workload {path}: no such file")
+        try:
+            path = resolve_input(path if path.exists() else budget.workload, "workload")
+        except ConfigError as exc:
+            raise ConfigError(f"{origin}: budget {budget.name!r}: workload {exc}") from None
         w = resolve_workload(path)
         placement = w.allocators[0].placement if w.allocators else "buddy"
         sim = simulate(w.requests, w.config, allocator_spec(budget.allocator, placement=placement))

@@ -13,7 +13,7 @@ from kvplan.cli import app
 from kvplan.io.models import configs_dir
 
 runner = CliRunner()
-EXAMPLE = configs_dir() / "budgets.example.yaml"
+EXAMPLE = configs_dir() / "budgets" / "example.yaml"
 TINY_WORKLOAD = """
 serving: {model: opt-13b, kv_pool_tokens: 8192}
 requests: {count: 60, arrival: {process: poisson, rate: 20}, prompt_tokens: {dist: constant, value: 100}, output_tokens: {dist: constant, value: 60}}

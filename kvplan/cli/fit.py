@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import bytes_cell, format_bytes, make_console, print_json
+from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
@@ -55,29 +55,59 @@ def _bar(r: FitResult, width: int = 60) -> str:
     return "".join(parts)
 
 
+MEASURED = "Measured {what} per GPU (e.g. {eg}, from a startup log); overrides kvplan's estimate."
+
+
 @app.command(name="fit")
 def fit_cmd(
-    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name (see `kvplan gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Custom GPU memory, e.g. 24GiB."),
-    engine: str = typer.Option("vllm", "--engine", "-e", help="Budget rules: vllm, sglang, trtllm."),
-    utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context per request (default: the model's)."),
-    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    weight_dtype: str = typer.Option("auto", "--weight-dtype", help="auto (the checkpoint's), bf16, fp16, fp8, int8, int4-g128, mxfp4."),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="KV memory per GPU, skipping the budget."),
-    weights_memory: Optional[str] = typer.Option(None, "--weights-memory", help="Measured weights per GPU, e.g. 14.99GiB."),
-    activation_memory: Optional[str] = typer.Option(None, "--activation-memory"),
-    non_torch_memory: Optional[str] = typer.Option(None, "--non-torch-memory"),
-    cuda_graph_memory: Optional[str] = typer.Option(None, "--cuda-graph-memory"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="Requests of max-model-len tokens that must fit at once."),
-    as_json: bool = typer.Option(False, "--json"),
+    model: str = typer.Argument(..., help="Bundled name (`kvplan models`), hub id, or path to a config.json."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name or alias (`kvplan gpus`); "
+                                                                   "or give --gpu-memory."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Memory of one GPU as the driver reports "
+                                                                        "it, e.g. 24GiB (overrides the catalog's)."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Whose budget: vllm (default), sglang, trtllm."),
+    utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization",
+        help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction "
+             "(default: the engine's: vLLM 0.92, SGLang by GPU memory and tp, TRT-LLM 0.9)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
+                                                help="Context per request (default: the model's "
+                                                     "max_position_embeddings)."),
+    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
+    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
+                                                                        "model's), bf16, fp16, fp8, fp8_e5m2, "
+                                                                        "int8, nvfp4, as the engine accepts."),
+    weight_dtype: str = typer.Option("auto", "--weight-dtype", help="Weight format: auto (default: the "
+                                                                    "checkpoint's, quantization_config read), "
+                                                                    "bf16, fp16, fp8, int8, int4-g128, mxfp4."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default: the "
+                                                                        "engine's: vLLM 16, 64 for MLA; "
+                                                                        "TRT-LLM 32; SGLang 1)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per step (default: vLLM's: "
+                                                                            "1024 on GPUs of 70 GiB or more "
+                                                                            "other than A100, else 256)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens",
+        help="Tokens per step, which sizes the profiling run (default: vLLM's: 8192 on GPUs of 70 GiB or more "
+             "other than A100, else 2048)."),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes",
+                                                        help="KV memory per GPU, e.g. 40GiB: skips the budget "
+                                                             "(vLLM --kv-cache-memory-bytes)."),
+    weights_memory: Optional[str] = typer.Option(None, "--weights-memory",
+                                                 help=MEASURED.format(what="weights", eg="14.99GiB")),
+    activation_memory: Optional[str] = typer.Option(None, "--activation-memory",
+                                                    help=MEASURED.format(what="activation peak", eg="4.35GiB")),
+    non_torch_memory: Optional[str] = typer.Option(None, "--non-torch-memory",
+                                                   help=MEASURED.format(what="non-torch memory", eg="0.13GiB")),
+    cuda_graph_memory: Optional[str] = typer.Option(None, "--cuda-graph-memory",
+                                                    help=MEASURED.format(what="CUDA-graph memory", eg="0.58GiB")),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs: their memory is not "
+                                                                      "reserved (default: graphs captured)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c",
+                                              help="Requests of max-model-len tokens that must fit at once "
+                                                   "(default: one)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     from kvplan.core.capacity.common import FitRequest
@@ -99,6 +129,7 @@ def fit_cmd(
         enforce_eager=enforce_eager, concurrency=concurrency,
     )
     result = fit(req)
+    result = dataclasses.replace(result, notes=(*spec.notes, *result.notes))  # the config's resolutions first
     alternatives = what_if(req, result) if not result.fits else []
     if as_json:
         print_json(fit_json(spec.name, result, alternatives))
@@ -112,50 +143,45 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
                   f"engine [cyan]{r.engine}[/], tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, weights {r.weight_dtype}")
-    console.print(f"[dim]{settings}; max_model_len {r.max_model_len:,}[/]")
+    console.print(f"[dim]{settings}; max_model_len {r.max_model_len}[/]")
     for note in r.notes:
         console.print(f"[yellow]note:[/] {note}")
-    table = Table(title="Memory per GPU (the binding one)", title_justify="left")
-    table.add_column("component")
-    table.add_column("bytes", justify="right")
-    table.add_column("share", justify="right")
-    table.add_column("")
+    table = new_table("component", "bytes", "share", "", numeric=("bytes", "share"),
+                      title="Memory per GPU (the binding one)")
     for key, value in r.breakdown.as_dict().items():
         tag = "estimate" if key in r.estimated else ""
         table.add_row(f"[{_BAR_COLORS[key]}]{key.replace('_', ' ')}[/]", format_bytes(value),
                       f"{100 * value / r.gpu.memory_bytes:.1f}%", tag)
-    console.print(table)
-    console.print(_bar(r))
-    summary = Table(show_header=False, box=None)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
+    print_table(console, table)
+    console.print(_bar(r, width=min(60, console.width - 2)))
+    summary = summary_table()
     summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
     summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
     summary.add_row("KV cache tokens", f"{r.kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
-    summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit:,}")
-    console.print(summary)
+    summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit}")
+    print_table(console, summary)
     if r.fits:
         console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
         return
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
     if alternatives:
-        wt = Table(title="What would make it fit", title_justify="left")
-        for col in ("change", "fits", "KV per GPU", "max concurrency", "longest context"):
-            wt.add_column(col, justify="left" if col == "change" else "right")
+        wt = new_table("change", "fits", "KV per GPU", "max conc.", "longest context",
+                       numeric=("KV per GPU", "max conc.", "longest context"), no_wrap=("change",),
+                       title="What would make it fit")
         for w in alternatives:
             if w.result is None:
                 wt.add_row(w.change, "error", w.error, "", "")
             else:
                 wt.add_row(w.change, "[green]yes[/]" if w.result.fits else "[red]no[/]",
                            format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
-                           f"{w.result.max_model_len_fit:,}")
-        console.print(wt)
+                           f"{w.result.max_model_len_fit}")
+        print_table(console, wt)
 
 
 @app.command()
-def gpus(as_json: bool = typer.Option(False, "--json")) -> None:
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """The GPU catalog: memory as the driver reports it, bandwidth, dense throughput."""
     from kvplan.io.gpus import gpu_catalog
 
@@ -165,12 +191,11 @@ def gpus(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print_json({"gpus": rows})
         return
-    table = Table(title=f"{len(rows)} GPUs (or --gpu-memory 24GiB for any other)")
-    for col in ("name", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s"):
-        table.add_column(col, justify="left" if col == "name" else "right")
+    table = new_table("name", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s", numeric="*", no_wrap=("name",),
+                      title=f"{len(rows)} GPUs (or --gpu-memory 24GiB for any other)")
     for row in rows:
         table.add_row(row["name"], format_bytes(row["memory_bytes"]),
                       f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
                       f"{row['bf16_dense_tflops']:g}" if row["bf16_dense_tflops"] else "-",
                       f"{row['fp8_dense_tflops']:g}" if row["fp8_dense_tflops"] else "-")
-    console.print(table)
+    print_table(console, table)

@@ -70,7 +70,17 @@ def new_table(*columns: str, numeric: tuple[str, ...] | str = (), title: str | N
     table = Table(title=title, title_justify="left", show_header=show_header)
     for i, name in enumerate(columns):
         is_num = (numeric == "*" and i > 0) or name in numeric
-        table.add_column(name, justify="right" if is_num else "left", no_wrap=is_num or name in no_wrap)
+        # text that cannot wrap at a space folds onto the next line: nothing is cut with an ellipsis
+        table.add_column(name, justify="right" if is_num else "left", no_wrap=is_num or name in no_wrap,
+                         overflow="fold")
+    return table
+
+
+def summary_table() -> Table:
+    """Label / value pairs without borders: bold labels on the left, values right-aligned, unwrapped."""
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold", overflow="fold")
+    table.add_column(justify="right", no_wrap=True)
     return table
 
 

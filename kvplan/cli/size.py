@@ -10,18 +10,22 @@ import typer
 from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table
+from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
-from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv
+from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
 from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 from kvplan.io.models import bundled_index, load_bundled, load_model
 
 console = make_console()
 
-ENGINE_HELP = f"Whose allocation rules: {', '.join(ENGINES)}."
-DTYPE_HELP = "KV dtype: auto (the model's), fp32, bf16, fp16, fp8 (e4m3/e5m2), int8, int4, nvfp4."
+ENGINE_HELP = (f"Whose allocation rules: {', '.join(ENGINES)} (default ideal: exactly the token states; "
+               "see docs/engines.md).")
+DTYPE_HELP = ("KV cache dtype: auto (default: the model's torch_dtype), fp32, bf16, fp16, fp8 (= fp8_e4m3), "
+              "fp8_e5m2, int8, int4, nvfp4; an engine refuses formats it has no option for.")
+BLOCK_HELP = ("Tokens per KV block (default: the engine's: vllm 16, 64 for MLA models; trtllm 32; sglang 1). "
+              "Paged engines only.")
 
 
 def format_indices(indices: tuple[int, ...] | list[int]) -> str:
@@ -68,6 +72,7 @@ def size_json(spec: ModelSpec, result: SizeResult, *, seq_len_default: bool, blo
         "num_gpus": result.num_gpus,
         "block_size": block_size,
         "bytes_per_token": result.bytes_per_token,
+        "bytes_per_token_per_gpu": result.bytes_per_token_per_gpu,
         "bytes_per_sequence": result.bytes_per_sequence,
         "total_bytes": result.total_bytes,
         "per_gpu_bytes": result.per_gpu_bytes,
@@ -93,15 +98,20 @@ def size_json(spec: ModelSpec, result: SizeResult, *, seq_len_default: bool, blo
 
 @app.command()
 def size(
-    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json (or its folder)."),
-    batch: int = typer.Option(1, "--batch", "-b", help="Concurrent sequences."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default: the model's max context)."),
+    model: str = typer.Argument(..., help="Bundled name (`kvplan models`), hub id, or path to a config.json "
+                                          "(or its folder)."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Concurrent sequences (default 1)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", "--max-model-len",
+                                          help="Tokens per sequence (default: the model's max context, "
+                                               "max_position_embeddings)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help=DTYPE_HELP),
-    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Tensor parallel size."),
-    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline parallel size."),
+    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Tensor parallel size: KV heads are split "
+                                                                     "over this many GPUs (default 1)."),
+    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline parallel size: layers are split "
+                                                                       "over this many stages (default 1)."),
     engine: str = typer.Option("ideal", "--engine", "-e", help=ENGINE_HELP),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (paged engines)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help=BLOCK_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
     get_engine(engine, block_size=block_size)  # reject a bad engine or block size before loading anything
@@ -112,15 +122,19 @@ def size(
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    extra = [n for n in (engine_note, None if eng.strict_tp else uneven_tp_note(spec, tp)) if n]
     if as_json:
         out = size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal)
-        if engine_note:
-            out["notes"].append(engine_note)
+        out["notes"].extend(extra)
         print_json(out)
         return
     _render_size(spec, result, eng.describe_rules(), defaulted, ideal)
-    if engine_note:
-        console.print(f"[yellow]note:[/] {engine_note}")
+    for note in extra:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
 
 
 def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, ideal: SizeResult) -> None:
@@ -128,39 +142,38 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     console.print(f"[bold]{r.model}[/]  engine [cyan]{r.engine}[/]: {rules}")
     console.print(
         f"KV dtype {r.kv_dtype} | batch {r.batch:,} x {r.seq_len:,} tokens{seq_note} | "
-        f"tp {r.tp} x pp {r.pp} = {r.num_gpus} GPU{'s' if r.num_gpus > 1 else ''}"
+        f"tp {r.tp} x pp {r.pp} = {_gpus(r.num_gpus)}"
     )
     for note in size_notes(spec, r.seq_len):
         console.print(f"[yellow]note:[/] {note}")
 
-    table = Table(title="Per layer group", title_justify="left")
-    for col in ("layers", "kind", "held/seq", "B/token", "per seq", "total", "per GPU"):
-        table.add_column(col, justify="left" if col in ("layers", "kind") else "right")
+    multi = r.num_gpus > 1
+    cols = ("layers", "kind", "held/seq", "B/token", "per seq", "total", "per GPU") if multi else \
+        ("layers", "kind", "held/seq", "B/token", "per seq", "total")
+    table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"),
+                      title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi else ""))
     for g in r.groups:
         held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"
-        table.add_row(
-            f"{g.count} x [{format_indices(g.layer_indices)}]",
-            g.description,
-            held,
-            format_bytes(g.bytes_per_token),
-            format_bytes(g.bytes_per_sequence),
-            format_bytes(g.total_bytes),
-            format_bytes(g.per_gpu_bytes),
-        )
-    console.print(table)
+        row = [f"{g.count} x [{format_indices(g.layer_indices)}]", g.description, held,
+               format_bytes(g.bytes_per_token), format_bytes(g.bytes_per_sequence), format_bytes(g.total_bytes)]
+        table.add_row(*row, *([format_bytes(g.per_gpu_bytes)] if multi else []))
+    print_table(console, table)
 
-    summary = Table(show_header=False, box=None)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
-    summary.add_row("bytes per token", bytes_cell(r.bytes_per_token))
-    summary.add_row("per sequence", bytes_cell(r.bytes_per_sequence))
-    summary.add_row(f"total ({r.num_gpus} GPU{'s' if r.num_gpus > 1 else ''})", bytes_cell(r.total_bytes))
-    summary.add_row("per GPU (most loaded)", bytes_cell(r.per_gpu_bytes))
+    summary = summary_table()
+    every = f", all {r.num_gpus} GPUs" if multi else ""
+    summary.add_row("bytes per token" + every, bytes_cell(r.bytes_per_token))
+    if multi:
+        summary.add_row("bytes per token, per GPU", bytes_cell(r.bytes_per_token_per_gpu))
+    summary.add_row("per sequence" + every, bytes_cell(r.bytes_per_sequence))
+    summary.add_row(f"total ({_gpus(r.num_gpus)})", bytes_cell(r.total_bytes))
+    if multi:
+        summary.add_row("per GPU (most loaded)", bytes_cell(r.per_gpu_bytes))
     if ideal.total_bytes != r.total_bytes:
-        over = r.total_bytes - ideal.total_bytes
-        summary.add_row("token states only (ideal)", f"{bytes_cell(ideal.total_bytes)}  [{r.engine} adds {format_bytes(over)}]")
-    console.print(summary)
-    console.print("[bold]formula[/] (bytes per token, one sequence):")
+        summary.add_row("token states only (ideal)", bytes_cell(ideal.total_bytes))
+        summary.add_row(f"{r.engine} adds", format_bytes(r.total_bytes - ideal.total_bytes))
+    print_table(console, summary)
+    console.print("[bold]formula[/] (bytes per token, one sequence, all GPUs):" if multi
+                  else "[bold]formula[/] (bytes per token, one sequence):")
     for g in r.groups:
         if g.bytes_per_token:
             console.print(f"  {g.formula} = {g.bytes_per_token:,} B")

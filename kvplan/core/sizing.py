@@ -65,11 +65,12 @@ class SizeResult:
     seq_len: int
     tp: int
     pp: int
-    bytes_per_token: int
+    bytes_per_token: int  # the whole deployment: every GPU's slot bytes added (MLA latent: once per rank)
     bytes_per_sequence: int
     total_bytes: int
     per_gpu_bytes: int
     groups: tuple[GroupSize, ...]
+    bytes_per_token_per_gpu: int = 0  # what one more token adds on the GPU it adds most to
 
     @property
     def num_gpus(self) -> int:
@@ -118,6 +119,7 @@ def size_kv(
     check_positive("seq_len", seq_len, MAX_SEQ_LEN)
     check_positive("tensor parallel size", tp, MAX_PARALLEL)
     check_positive("pipeline parallel size", pp, MAX_PARALLEL)
+    engine.check_kv_dtype(kv_dtype)
     dtype = get_dtype(spec.dtype if kv_dtype == "auto" else kv_dtype)
     spec = engine.prepare(spec)
     stages = pp_stages(spec.num_layers, pp)
@@ -125,6 +127,7 @@ def size_kv(
 
     # bytes per (stage, rank), and each group's share of it
     gpu_bytes = [[0] * tp for _ in stages]
+    gpu_token_bytes = [[0] * tp for _ in stages]
     group_gpu: list[list[list[int]]] = []
     groups_out: list[tuple[Layer, list[int], int, int, int, int]] = []
     for layer, indices in spec.layer_groups():
@@ -135,6 +138,9 @@ def size_kv(
             slot_total = 0
         else:
             per_rank = engine.slot_bytes(layer, dtype, tp)
+            for i in indices:
+                for r in range(tp):
+                    gpu_token_bytes[stage_of[i]][r] += per_rank[r]
             slots = engine.slots_held(layer, seq_len)
             slot_total = sum(per_rank)
             per_rank = tuple(b * slots for b in per_rank)
@@ -176,6 +182,7 @@ def size_kv(
         total_bytes=sum(g.total_bytes for g in groups),
         per_gpu_bytes=gpu_bytes[worst[0]][worst[1]],
         groups=groups,
+        bytes_per_token_per_gpu=max(max(row) for row in gpu_token_bytes),
     )
 
 
@@ -185,6 +192,16 @@ def slot_bytes_per_gpu(spec: ModelSpec, *, kv_dtype: str = "auto", tp: int = 1, 
 
     one = size_kv(spec, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=kv_dtype, tp=tp, pp=pp)
     return sum(g.per_gpu_bytes for g in one.groups if g.tokens_held_per_layer)
+
+
+def uneven_tp_note(spec: ModelSpec, tp: int) -> str | None:
+    """For engines that size any tp (ideal, hf): say when no serving engine would accept this one."""
+    heads = sorted({layer.num_kv_heads for layer in spec.layers if isinstance(layer, AttentionLayer)})
+    uneven = [h for h in heads if (h >= tp and h % tp) or (h < tp and tp % h)]
+    if not uneven:
+        return None
+    return (f"tp {tp} does not split {uneven[0]} KV heads evenly: vLLM, SGLang and TensorRT-LLM refuse it; "
+            "this figure gives the extra heads to the first ranks")
 
 
 def layer_token_bytes(layer: Layer, engine: Engine, kv_dtype: KVDtype, tp: int = 1) -> int:

@@ -5,6 +5,7 @@ Nothing is ever downloaded and ``trust_remote_code`` is never used: only config.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from dataclasses import dataclass
@@ -134,19 +135,67 @@ def _from_file(path: Path) -> ModelSpec:
     return spec_from_hf_config(data, name=name, origin=str(path), source=str(path))
 
 
+# Suffixes of repo names that change the weights or the packaging, not the cache's shape.
+_PACKAGING_SUFFIXES = ("-bnb-4bit", "-bnb-8bit", "-awq", "-gptq-int4", "-gptq-int8", "-gptq", "-fp8", "-fp8-dynamic",
+                       "-int4", "-int8", "-gguf", "-mlx", "-hf", "-unsloth")
+_QUANTIZED_MARKS = ("bnb", "awq", "gptq", "fp8", "int4", "int8", "gguf")
+
+
+def _normal(name: str) -> str:
+    """``Qwen/Qwen2.5-7B-Instruct`` and ``qwen25_7b_instruct`` compare equal: the repo's basename, lowercase,
+    without dots, ``_`` as ``-``."""
+    base = name.strip().rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-")
+    return base.replace("meta-llama-", "llama-").replace(".", "")
+
+
+def _variant_lookup(ref: str) -> tuple[BundledEntry, str] | None:
+    """A bundled model whose name or alias is ``ref`` without packaging suffixes (``-bnb-4bit``, ``-AWQ``,
+    ``_HF``): the entry and a note saying what was matched and what may differ."""
+    key = _normal(ref)
+    stripped = key
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _PACKAGING_SUFFIXES:
+            if stripped.endswith(suffix) and len(stripped) > len(suffix):
+                stripped, changed = stripped[: -len(suffix)], True
+    if stripped == key and "/" not in ref and not ref.startswith((".", "/", "~")):
+        return None  # nothing stripped from a plain name: the exact lookup already failed
+    for entry in bundled_index().values():
+        if stripped in {_normal(entry.name), *(_normal(a) for a in entry.aliases)}:
+            note = f"{ref!r} is not bundled; sized with the bundled {entry.name} ({entry.source}), matched by name"
+            if any(mark in key for mark in _QUANTIZED_MARKS):
+                note += "; its quantized weights are not known from the name: pass --weight-dtype or its config.json"
+            return entry, note
+    return None
+
+
+def _with_note(spec: ModelSpec, note: str) -> ModelSpec:
+    return dataclasses.replace(spec, notes=(*spec.notes, note))
+
+
 def load_model(ref: str) -> ModelSpec:
-    """Resolve a model reference: a path, a bundled name or hub alias, or a cached hub id."""
+    """Resolve a model reference: a path, a bundled name or hub alias, a cached hub id, or a name variant
+    (quantized or re-packaged) of a bundled model, said in a note."""
     path = Path(ref).expanduser()
     if path.exists():
         return _from_file(path)
-    if ref.startswith((".", "/", "~")) or path.suffix in (".json", ".yaml", ".yml"):
+    if path.suffix in (".json", ".yaml", ".yml"):
         raise ConfigError(f"{ref}: no such file")
     entry = _lookup_bundled(ref)
     if entry is not None:
-        return load_bundled(entry)
+        spec = load_bundled(entry)
+        if "/" in ref and ref.strip().lower() != entry.name.lower():
+            spec = _with_note(spec, f"{ref}: the bundled {entry.name} config ({entry.source})")
+        return spec
     cached = _hf_cache_config(ref)
     if cached is not None:
         return spec_from_hf_config(load_json(cached), name=ref, origin=str(cached), source=f"local HF cache: {cached}")
+    variant = _variant_lookup(ref)
+    if variant is not None:
+        return _with_note(load_bundled(variant[0]), variant[1])
+    if ref.startswith((".", "/", "~")):
+        raise ConfigError(f"{ref}: no such file")
     names = [e.name for e in bundled_index().values()]
     aliases = [a for e in bundled_index().values() for a in e.aliases]
     close = difflib.get_close_matches(ref.lower(), [n.lower() for n in names + aliases], n=3, cutoff=0.5)

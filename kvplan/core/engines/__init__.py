@@ -37,6 +37,9 @@ def get_engine(name: str, *, block_size: int | None = None) -> Engine:
             raise InputError(f"block size must be between 1 and {MAX_BLOCK_SIZE} (got {block_size})")
         if name in ("ideal", "hf"):
             raise InputError(f"--block-size applies to paged engines (vllm, sglang, trtllm), not {name}")
+        if engine.block_sizes and block_size not in engine.block_sizes:
+            raise InputError(f"{name} has no block size {block_size}; use one of "
+                             f"{', '.join(map(str, engine.block_sizes))}")
         engine = dataclasses.replace(engine, block_size=block_size)
     return engine
 

@@ -59,6 +59,18 @@ class Engine:
     strict_tp: bool = False
     mla_latent: bool = True  # cache MLA as the latent (True) or expanded per-head K/V (False)
     linear_conv_keeps_full_kernel: bool = False  # conv state width: kernel (True) or kernel-1
+    # What the engine accepts (empty: anything kvplan can size). kvplan's dtype names, after aliases.
+    kv_cache_dtypes: tuple[str, ...] = ()
+    block_sizes: tuple[int, ...] = ()
+
+    def check_kv_dtype(self, kv_dtype: str) -> None:
+        """Refuse a KV dtype this engine has no option for (``auto`` is always the model's own)."""
+        if kv_dtype == "auto" or not self.kv_cache_dtypes:
+            return
+        name = get_dtype(kv_dtype).name
+        if name not in self.kv_cache_dtypes:
+            raise InputError(f"{self.name} has no {name} KV cache; its KV dtypes are auto, "
+                             f"{', '.join(self.kv_cache_dtypes)} (or use --engine ideal to size any format)")
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         """The spec as this engine's implementation caches it (most engines: unchanged)."""

@@ -25,6 +25,9 @@ class SGLangEngine(PagedEngine):
     name: str = "sglang"
     block_size: int = 1
     strict_tp: bool = True
+    # python/sglang/srt/server_args.py ``--kv-cache-dtype`` choices: auto, fp8_e5m2, fp8_e4m3, bf16/bfloat16
+    # (fp4_e2m1 in newer releases, not NVIDIA's nvfp4 layout); ``--page-size`` is any positive integer.
+    kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2")
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         conv, _ = super().linear_state_dtypes(layer, model_dtype)

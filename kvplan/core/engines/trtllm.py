@@ -27,6 +27,9 @@ class TRTLLMEngine(PagedEngine):
     name: str = "trtllm"
     block_size: int = 32
     strict_tp: bool = True
+    # tensorrt_llm/llmapi/llm_args.py ``KvCacheConfig.dtype``: auto, fp8, nvfp4 (and int8 with the
+    # TensorRT backend's quantization); no int4 KV cache.
+    kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "nvfp4")
 
     def blocks_held(self, layer: Layer, num_tokens: int) -> int:
         if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:

@@ -49,6 +49,11 @@ class VLLMEngine(PagedEngine):
     name: str = "vllm"
     block_size: int = 16
     strict_tp: bool = True
+    # vllm/config/cache.py: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``; ``CacheDType``: auto,
+    # bfloat16, fp8, fp8_e4m3, fp8_e5m2 (plus backend formats kvplan sizes as fp8). fp16/fp32 caches
+    # come from ``auto`` with a model of that dtype.
+    kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2")
+    block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
 
     def describe_rules(self) -> str:
         return f"vLLM v1 paged blocks of {self.block_size} tokens; sliding/chunked layers free out-of-window blocks"

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, make_console, print_json
+from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.errors import KvplanError
 
 if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
@@ -20,6 +19,9 @@ if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start
     from kvplan.io.vllm_log import VLLMLog
 
 console = make_console()
+# V0's SchedulerConfig: without chunked prefill, max_num_batched_tokens = max(max_model_len, 2048)
+# (vllm/config.py, SchedulerConfig.__post_init__, v0.6-v0.8).
+V0_MIN_BATCHED_TOKENS = 2048
 
 
 def _cell(row: ExplainRow, value: float | None) -> str:
@@ -66,7 +68,8 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
     notes: list[str] = []
     ref = model or log.model
     if ref is None or gpu is None:
-        notes.append("no prediction: " + ("the log names no model (pass --model)" if ref is None
+        notes.append("no prediction: " + ("the log names no model (no 'Initializing ... LLM engine' line); "
+                                           "pass --model NAME" if ref is None
                                            else "the log gives no GPU memory (pass --gpu)"))
         return None, None, notes
     try:
@@ -82,7 +85,7 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
                      gpu_memory_utilization=log.gpu_memory_utilization or (0.9 if version < (0, 11) else None),
                      max_model_len=max_len, block_size=log.block_size, enforce_eager=bool(log.enforce_eager),
                      max_num_batched_tokens=log.max_num_batched_tokens or (
-                         max(max_len or 0, 2048) if log.generation == "V0" else None),
+                         max(max_len or 0, V0_MIN_BATCHED_TOKENS) if log.generation == "V0" else None),
                      cuda_graphs_in_budget=log.generation != "V0" and version >= (0, 21),
                      legacy_v0=log.generation == "V0")
     predicted = fit(req)
@@ -98,11 +101,14 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
 
 @app.command()
 def explain(
-    log_path: Path = typer.Argument(..., metavar="LOG", help="A vLLM startup log."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model, when the log's name is not bundled."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU, when not inferable from the logged memory."),
-    tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="When the log does not say."),
-    as_json: bool = typer.Option(False, "--json"),
+    log_path: Path = typer.Argument(..., metavar="LOG", help="A vLLM startup log (V0 or V1, any version)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to predict for (default: the one the "
+                                                                    "log names, matched to a bundled config)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU (default: the catalog GPU whose memory "
+                                                                "matches the logged total within 2%)."),
+    tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="Tensor parallel size (default: "
+                                                                               "the log's, else 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
     from kvplan.core.capacity.explain import explain_rows
@@ -120,16 +126,15 @@ def explain(
                   f"max_model_len {log.max_seq_len or '?'}, utilization {log.gpu_memory_utilization or '?'}")
     for note in notes:
         console.print(f"[dim]{note}[/]")
-    table = Table()
-    for col in ("figure", "logged", "kvplan", "err", "kvplan from logged budget", "err"):
-        table.add_column(col, justify="left" if col == "figure" else "right")
+    table = new_table("figure", "logged", "kvplan", "err", "replayed", "err", numeric="*",
+                      title="Logged figures; kvplan's prediction; replayed = kvplan from the log's own budget")
     for row in rows:
         def err(v: float | None) -> str:
             e = row.error_frac(v)
             return "" if e is None else f"{100 * e:+.1f}%"
         table.add_row(row.figure, _cell(row, row.logged), _cell(row, row.predicted), err(row.predicted),
                       _cell(row, row.replayed), err(row.replayed))
-    console.print(table)
+    print_table(console, table)
     if log.total_gpu_memory_bytes and log.gpu_memory_utilization:
         budget = log.total_gpu_memory_bytes * log.gpu_memory_utilization
         parts = {"weights": log.weights_bytes, "activation": log.activation_bytes, "non-torch": log.non_torch_bytes,

@@ -1,0 +1,76 @@
+"""Every command's text output at 80 columns outside a terminal (a CI log, a pipe): no cell is cut with
+an ellipsis, no line is wider than the console, and the exact figures of the JSON output appear whole."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+WIDTH = 80
+LOGS = "tests/fixtures/vllm_logs"
+
+
+@pytest.fixture(autouse=True)
+def narrow_consoles(monkeypatch):
+    """Every kvplan console renders at 80 columns, as Rich does when stdout is not a terminal."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("kvplan.cli.") and hasattr(module, "console"):
+            monkeypatch.setattr(module.console, "width", WIDTH)
+
+
+COMMANDS = [
+    ["size", "llama2-7b", "--batch", "16"],
+    ["size", "deepseek-v3", "-tp", "8", "--seq-len", "8192"],
+    ["size", "gemma3-27b", "--engine", "vllm", "--batch", "8", "--seq-len", "30001"],
+    ["size", "qwen3-next-80b-a3b", "--engine", "vllm", "-tp", "4", "-pp", "2"],
+    ["size", "jamba-mini", "--engine", "sglang", "--kv-cache-dtype", "fp8"],
+    ["models"],
+    ["show", "deepseek-v3"],
+    ["show", "qwen3-next-80b-a3b"],
+    ["gpus"],
+    ["examples"],
+    ["fit", "llama3.1-70b", "--gpu", "H100", "-tp", "2", "--max-model-len", "131072"],
+    ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8"],
+    ["fit", "gemma3-27b", "--gpu", "L4", "--engine", "sglang"],
+    ["explain", f"{LOGS}/v1_0_9_mistral_small31_24b_tp2.log", "--model", "mistral-7b", "--gpu", "L40S"],
+    ["explain", f"{LOGS}/v0_7_1_qwen25_32b_l40s_tp2.log", "--model", "qwen2.5-72b"],
+]
+
+
+def _text(args: list[str]) -> str:
+    r = runner.invoke(app, args)
+    assert r.exit_code in (0, 1), r.output
+    return r.stdout
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_no_cell_is_cut_at_80_columns(args):
+    out = _text(args)
+    assert "\u2026" not in out, out
+    wide = [line for line in out.splitlines() if len(line) > WIDTH]
+    assert not wide, "\n".join(wide)
+
+
+def test_size_figures_appear_whole():
+    data = json.loads(runner.invoke(app, ["size", "deepseek-v3", "-tp", "8", "--json"]).stdout)
+    out = _text(["size", "deepseek-v3", "-tp", "8"])
+    for key in ("bytes_per_token", "bytes_per_token_per_gpu", "total_bytes", "per_gpu_bytes"):
+        assert f"{data[key]:,} B" in out, key
+
+
+def test_fit_figures_appear_whole():
+    args = ["fit", "llama3.1-70b", "--gpu", "H100", "-tp", "2", "--max-model-len", "131072"]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    out = _text(args)
+    assert f"{data['kv_cache_memory_bytes']:,} B" in out
+    assert f"{data['num_blocks']:,} x {data['block_size']} tokens" in out
+    for alt in data["what_if"]:
+        assert alt["change"] in out  # a flag to paste stays on one line
+        if alt.get("max_model_len_fit") is not None:
+            assert str(alt["max_model_len_fit"]) in out

@@ -167,9 +167,9 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
     if alternatives:
-        wt = new_table("change", "fits", "KV per GPU", "max conc.", "longest context",
-                       numeric=("KV per GPU", "max conc.", "longest context"), no_wrap=("change",),
-                       title="What would make it fit")
+        wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
+                       no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
+                                                  "max_model_len that fits)")
         for w in alternatives:
             if w.result is None:
                 wt.add_row(w.change, "error", w.error, "", "")

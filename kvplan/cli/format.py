@@ -92,8 +92,28 @@ def _plain(cell: Any) -> str:
     return str(cell)
 
 
+def _min_width(table: Table) -> int:
+    """The narrowest this table renders without cutting a cell: a ``no_wrap`` column is as wide as its
+    widest cell, another as its longest word (Rich's own measure treats every column as wrappable)."""
+    from rich.cells import cell_len
+
+    total = 0
+    for column in table.columns:
+        texts = [_plain(column.header), *(_plain(cell) for cell in column.cells)]
+        if column.no_wrap:
+            need = max((cell_len(line) for t in texts for line in t.splitlines() or [""]), default=0)
+        else:
+            need = max((cell_len(word) for t in texts for word in t.split()), default=0)
+        total += need
+    _, right, _, left = table.padding
+    total += (left + right) * len(table.columns)
+    if table.box is not None:
+        total += len(table.columns) + (1 if table.show_edge else -1)
+    return total
+
+
 def _fits(console: Console, table: Table) -> bool:
-    return console.measure(table).minimum <= console.width
+    return _min_width(table) <= console.width
 
 
 def print_table(console: Console, table: Table) -> None:

@@ -2,10 +2,10 @@
 
     KvplanError
     ├── ConfigError      a model, GPU or workload description is wrong or incomplete (exit 2)
-    ├── InputError       a flag or value given by the user is out of range or unknown (exit 2)
-    └── CapacityError    the request does not fit / is over budget (exit 1)
+    └── InputError       a flag or value given by the user is out of range or unknown (exit 2)
 
-Core code raises these; only ``kvplan.cli`` catches them and maps them to exit codes.
+Core code raises these; only ``kvplan.cli`` catches them and maps them to exit codes. "Does not fit"
+and "over budget" are results, not errors: the commands return them and exit 1 themselves.
 Messages say what to change, with numbers.
 """
 
@@ -24,9 +24,3 @@ class ConfigError(KvplanError):
 
 class InputError(KvplanError):
     """A user-supplied value is invalid (unknown name, out of range)."""
-
-
-class CapacityError(KvplanError):
-    """Something does not fit or is over budget."""
-
-    exit_code = 1

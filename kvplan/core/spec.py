@@ -90,7 +90,6 @@ class LinearLayer:
     conv_kernel: int
     state_elems: int
     num_heads: int  # the unit tensor parallelism splits
-    state_dtype: str | None = None  # None: the model dtype
 
     def describe(self, num_attention_heads: int) -> str:
         return f"{self.family} (fixed state)"

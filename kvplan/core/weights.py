@@ -165,7 +165,6 @@ class WeightBytes:
     per_gpu_bytes: int  # the most loaded GPU
     per_stage_bytes: tuple[int, ...]  # one GPU of each pipeline stage
     params: int
-    active_params: int
     format: str
 
 
@@ -205,4 +204,4 @@ def weight_bytes(
     total = stage_bytes(range(spec.num_layers), True, True, 1)
     per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp) for s, layers in enumerate(stages))
     return WeightBytes(total_bytes=total, per_gpu_bytes=max(per_stage), per_stage_bytes=per_stage, params=counts.total,
-                       active_params=counts.active(arch.moe), format=fmt.name)
+                       format=fmt.name)

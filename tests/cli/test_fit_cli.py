@@ -35,11 +35,21 @@ def test_fit_does_not_fit_exits_1_with_what_if():
     assert changes["--tensor-parallel-size 4"]["fits"] is True
 
 
-def test_fit_table_output_names_the_verdict():
-    r = runner.invoke(app, ["fit", "qwen3-32b", "--gpu", "L40S", "--gpu-memory-utilization", "0.9",
-                            "--kv-cache-dtype", "fp8", "--engine", "vllm"])
-    assert r.exit_code in (0, 1), r.output
-    assert "KV cache per GPU" in r.stdout and ("fits" in r.stdout)
+@pytest.mark.parametrize("memory", ["80GiB", "48GiB"])  # qwen3-32b (61 GiB of bf16 weights) fits the first only
+def test_fit_table_output_names_the_verdict(memory):
+    args = ["fit", "qwen3-32b", "--gpu-memory", memory, "--gpu-memory-utilization", "0.9",
+            "--kv-cache-dtype", "fp8", "--engine", "vllm", "--max-model-len", "8192"]
+    verdict = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert verdict["fits"] is (memory == "80GiB")  # both branches below are exercised
+    r = runner.invoke(app, args)
+    assert r.exit_code == (0 if verdict["fits"] else 1), r.output
+    lines = r.stdout.splitlines()
+    if verdict["fits"]:
+        assert any(line.startswith(f"fits: {verdict['max_concurrency']:.2f} requests") for line in lines), r.stdout
+        assert not any(line.startswith("does not fit") for line in lines)
+    else:
+        assert any(line.startswith("does not fit: ") for line in lines), r.stdout
+        assert not any(line.startswith("fits: ") for line in lines)
 
 
 def test_fit_with_measured_overrides_is_exact():

@@ -11,8 +11,8 @@ from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import ModelSpec
 from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
 from kvplan.errors import ConfigError, InputError
+from kvplan.core.units import GiB
 
-GiB = 1 << 30
 
 
 @dataclass(frozen=True, kw_only=True)

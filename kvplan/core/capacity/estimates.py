@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ModelSpec
+from kvplan.core.units import GiB
 
-GiB = 1 << 30
 MiB = 1 << 20
 
 # Fitted on docs/calibration-points.md, Table A (vLLM V0 logs with the full breakdown): the activation

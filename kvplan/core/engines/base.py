@@ -126,8 +126,7 @@ class Engine:
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         """(conv dtype, recurrent dtype): the model's own, KV quantization does not apply."""
         conv = get_dtype(model_dtype)
-        state = get_dtype(layer.state_dtype) if layer.state_dtype else conv
-        return conv, state
+        return conv, conv
 
     def linear_state_bytes(self, layer: LinearLayer, model_dtype: str, tp: int) -> tuple[int, ...]:
         conv_elems, state_elems = self.linear_state_elems(layer)

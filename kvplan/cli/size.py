@@ -182,7 +182,8 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
 
 
 @app.command()
-def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON (with hub ids and sources) instead "
+                                                                 "of a table.")) -> None:
     """The bundled model configs."""
     rows = []
     for entry in bundled_index().values():
@@ -249,8 +250,8 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
 
 @app.command()
 def show(
-    model: str = typer.Argument(..., help="Bundled name, hub id, or path to a config.json."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    model: str = typer.Argument(..., help="Bundled name (`kvplan models`), hub id, or path to a config.json."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """The parsed model spec, layer by layer."""
     spec = load_model(model)

@@ -83,7 +83,14 @@ def _plain(cell: Any) -> str:
 
 
 def _fits(console: Console, table: Table) -> bool:
-    return console.measure(table).minimum <= console.width
+    """Whether no cell would be cut: words never break and ``no_wrap`` columns keep their widest cell.
+    (``console.measure`` clamps to the console's width, so it never says a table is too wide.)"""
+    wide = console.options.update_width(1 << 16)
+    need = table._extra_width
+    for column in table.columns:
+        m = table._measure_column(console, wide, column)
+        need += m.maximum if column.no_wrap else m.minimum
+    return need <= console.width
 
 
 def print_table(console: Console, table: Table) -> None:

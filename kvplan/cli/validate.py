@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, make_console, print_json
+from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.errors import InputError
 
 console = make_console()
@@ -17,17 +17,24 @@ console = make_console()
 
 @app.command()
 def validate(
-    model: Optional[str] = typer.Argument(None, help="Bundled name, hub id, or config.json (not with --matrix)."),
-    batch: int = typer.Option(1, "--batch", "-b"),
-    seq_len: int = typer.Option(64, "--seq-len", "-s"),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="Prefill length (default seq_len - 8)."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (the model's), fp32, bf16, fp16."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="Build only the first N layers; whole-model figures are scaled."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Largest relative error that passes."),
-    matrix: Optional[Path] = typer.Option(None, "--matrix", help="A YAML list of cases."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Write validation.md and validation.json here."),
-    as_json: bool = typer.Option(False, "--json"),
+    model: Optional[str] = typer.Argument(None, help=(
+        "Bundled name, hub id, or config.json (not with --matrix).")),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences run at once (default 1)."),
+    seq_len: int = typer.Option(64, "--seq-len", "-s", help="Tokens in the cache when it is measured (default 64)."),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=(
+        "Prefill length; the rest is decoded one token at a time (default seq_len - 8).")),
+    dtype: str = typer.Option("auto", "--dtype", help="fp32, bf16 or fp16 (default auto: the model's dtype)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help=(
+        "Build only the first N layers and scale the whole-model figures (default: all; a model too large "
+        "for the device is refused with an N that fits).")),
+    device: str = typer.Option("auto", "--device", help="cpu or cuda (default auto: cuda when torch sees one)."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help=(
+        "Largest relative error that passes (default 0.05, i.e. 5%).")),
+    matrix: Optional[Path] = typer.Option(None, "--matrix", help=(
+        "A YAML list of cases, e.g. configs/validation/matrix-cpu.yaml (default: the one case given).")),
+    report: Optional[Path] = typer.Option(None, "--report", help=(
+        "Write validation.md and validation.json into this folder (default: none).")),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table (default: table)."),
 ) -> None:
     """Run real models with torch and set kvplan's predictions beside the measured memory."""
     from kvplan.validate import require_torch
@@ -63,14 +70,21 @@ def validate(
         print_json({"device": info, "tolerance": tolerance, "passed": not failed,
                     "cases": [result_dict(r) for r in results]})
     else:
-        table = Table(title=f"Predicted vs measured on {info.get('name')} (torch {info.get('torch')})",
-                      title_justify="left")
-        for col in ("model", "batch x seq", "dtype", "layers", "component", "predicted", "measured", "error", ""):
-            table.add_column(col, justify="right" if col in ("predicted", "measured", "error") else "left")
+        # A heading row per case (model, batch x seq_len, dtype) and its parts under it: fits 80 columns.
+        table = new_table("case / part", "layers", "predicted", "measured", "error", "",
+                          numeric=("layers", "predicted", "measured", "error"), no_wrap=("",),
+                          title=f"Predicted vs measured on {info.get('name')} (torch {info.get('torch')})")
+        heading = None
         for r in results:
-            table.add_row(r.model, f"{r.batch} x {r.seq_len}", r.dtype, str(r.layers), r.component,
-                          format_bytes(r.predicted_bytes), format_bytes(r.measured_bytes), f"{100 * r.error_frac:+.2f}%",
+            case = f"{r.model}, batch {r.batch} x {r.seq_len} tokens, {r.dtype}"
+            if case != heading:
+                if heading is not None:
+                    table.add_section()
+                heading = case
+                table.add_row(Text(case, style="bold"))
+            table.add_row(Text(f"  {r.component}"), str(r.layers), format_bytes(r.predicted_bytes),
+                          format_bytes(r.measured_bytes), f"{100 * r.error_frac:+.2f}%",
                           "scaled" if r.scaled else ("[red]FAIL[/]" if abs(r.error_frac) > tolerance else ""))
-        console.print(table)
+        print_table(console, table)
     if failed:
         raise typer.Exit(1)

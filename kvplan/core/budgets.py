@@ -21,6 +21,7 @@ class LimitResult:
     value: float
     threshold: float
     passed: bool
+    reason: str = ""  # why a failing limit fails, with numbers; empty when it passes
 
     @property
     def margin(self) -> float:
@@ -38,7 +39,8 @@ class LimitResult:
         return self.margin / abs(self.threshold)
 
 
-def judge(budget: str, limit: str, value: float, threshold: float) -> LimitResult:
+def judge(budget: str, limit: str, value: float, threshold: float, reason: str = "") -> LimitResult:
+    """The verdict on one limit; ``reason`` (what the measurement says about why) is kept only on failure."""
     kind = LIMIT_KINDS[limit]
     if kind == "max":
         passed = value <= threshold
@@ -46,7 +48,8 @@ def judge(budget: str, limit: str, value: float, threshold: float) -> LimitResul
         passed = value >= threshold
     else:
         passed = bool(value) or not threshold
-    return LimitResult(budget=budget, limit=limit, kind=kind, value=value, threshold=threshold, passed=passed)
+    return LimitResult(budget=budget, limit=limit, kind=kind, value=value, threshold=threshold, passed=passed,
+                       reason="" if passed else reason)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,31 +2,69 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvplan.core.sizing import MAX_BATCH, MAX_SEQ_LEN
+from kvplan.errors import KvplanError
 from kvplan.io.yamlio import load_yaml, parse_model
 
 Size = str | int  # "80GiB", "512KiB", or plain bytes
+MAX_SIZE_BYTES = 1 << 60  # 1 EiB: far above any deployment, far below where floats lose whole bytes
+MAX_COUNT = 1 << 53  # counts are compared as floats; above 2**53 they stop being exact
+GiB = 1 << 30
+
+
+def _size_bytes(value: str | int, what: str) -> int:
+    """A size field as integer bytes; a ValueError (pydantic's one-line message) when it is not one."""
+    from kvplan.io.units import parse_size
+
+    try:
+        n = parse_size(value, what=what)
+    except KvplanError as exc:
+        raise ValueError(str(exc)) from None
+    except (OverflowError, ValueError):  # "1e400GiB" and kin: a float overflow inside parse_size
+        n = MAX_SIZE_BYTES + 1
+    if n > MAX_SIZE_BYTES:
+        raise ValueError(f"{what}: sizes are limited to 1 EiB ({MAX_SIZE_BYTES} bytes); write e.g. 80GiB")
+    return n
 
 
 class Require(BaseModel):
+    """The limits a budget must meet; each one named is measured and judged, the rest are skipped."""
+
     model_config = ConfigDict(extra="forbid")
 
-    max_kv_bytes_per_token: Size | None = Field(None, description="KV bytes one token adds (all layers, all GPUs).")
-    max_kv_bytes: Size | None = Field(None, description="KV bytes of `batch` sequences of `seq_len` tokens, whole deployment.")
-    max_kv_bytes_per_gpu: Size | None = None
-    min_kv_cache_tokens: int | None = Field(None, ge=0)
-    min_max_concurrency: float | None = Field(None, ge=0, description="Requests of max_model_len tokens at once.")
-    max_model_len_must_fit: bool | None = Field(None, description="One request of max_model_len must fit.")
-    min_headroom_frac: float | None = Field(None, ge=0, le=1, description=(
+    max_kv_bytes_per_token: Size | None = Field(None, description=(
+        "Most KV bytes one token may add (all layers, all GPUs), e.g. 160KiB; as `kvplan size` counts them."))
+    max_kv_bytes: Size | None = Field(None, description=(
+        "Most KV bytes of `batch` sequences of `seq_len` tokens, whole deployment, e.g. 4GiB."))
+    max_kv_bytes_per_gpu: Size | None = Field(None, description=(
+        "Most KV bytes of `batch` sequences of `seq_len` tokens on one GPU (split by tensor/pipeline parallelism)."))
+    min_kv_cache_tokens: int | None = Field(None, ge=0, le=MAX_COUNT, description=(
+        "Fewest tokens the engine's KV cache must hold (`kvplan fit`: KV cache tokens)."))
+    min_max_concurrency: float | None = Field(None, ge=0, allow_inf_nan=False, description=(
+        "Fewest requests of max_model_len tokens that must fit at once (`kvplan fit`: max concurrency)."))
+    max_model_len_must_fit: bool | None = Field(None, description=(
+        "true: one request of max_model_len tokens must fit in the KV cache."))
+    min_headroom_frac: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description=(
         "Share of each GPU's memory that stays free with `batch` requests of max_model_len in the KV cache."))
-    min_token_states_frac: float | None = Field(None, ge=0, le=1)
-    max_preemptions: int | None = Field(None, ge=0)
-    max_rejected: int | None = Field(None, ge=0)
-    min_completed: int | None = Field(None, ge=0)
+    min_token_states_frac: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description=(
+        "Smallest share of the simulated KV pool that holds token states (`kvplan simulate`), e.g. 0.9."))
+    max_preemptions: int | None = Field(None, ge=0, le=MAX_COUNT, description=(
+        "Most preemptions the workload's simulation may have."))
+    max_rejected: int | None = Field(None, ge=0, le=MAX_COUNT, description=(
+        "Most requests the workload's simulation may reject (e.g. longer than the KV pool)."))
+    min_completed: int | None = Field(None, ge=0, le=MAX_COUNT, description=(
+        "Fewest requests the workload's simulation must complete."))
+
+    @field_validator("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
+    @classmethod
+    def _bytes(cls, value: Size | None, info) -> int | None:  # type: ignore[no-untyped-def]
+        return None if value is None else _size_bytes(value, f"require.{info.field_name}")
 
 
 SIMULATION_LIMITS = ("min_token_states_frac", "max_preemptions", "max_rejected", "min_completed")
@@ -35,23 +73,38 @@ SIZE_LIMITS = ("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
 
 
 class Budget(BaseModel):
+    """One named deployment (model, GPUs, engine settings) or workload, and the limits it must meet."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
-    model: str | None = None
-    gpu: str | None = None
-    gpu_memory: str | None = None
-    engine: Literal["vllm", "sglang", "trtllm", "hf", "ideal"] = "vllm"
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    batch: int = Field(1, ge=1, description="Sequences for max_kv_bytes and min_headroom_frac.")
-    seq_len: int | None = Field(None, ge=1, description="Tokens per sequence for max_kv_bytes (default max_model_len).")
-    workload: str | None = Field(None, description="A workload file (kvplan simulate), relative to this file.")
-    allocator: str = Field("paged-16", description="Allocator whose simulation the limits apply to.")
-    require: Require
+    name: str = Field(min_length=1, description="Unique name, shown beside each limit's verdict.")
+    model: str | None = Field(None, description=(
+        "Bundled model name (`kvplan models`), hub id or config.json path; needed by all but simulation limits."))
+    gpu: str | None = Field(None, description="Bundled GPU name (`kvplan gpus`), e.g. H100-80GB; needed by fit limits.")
+    gpu_memory: str | None = Field(None, description="Memory per GPU, e.g. 80GiB; overrides the gpu's or stands alone.")
+    engine: Literal["vllm", "sglang", "trtllm", "hf", "ideal"] = Field("vllm", description=(
+        "Serving engine whose allocation rules apply (default vllm); fit limits need vllm, sglang or trtllm."))
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one layer is split over (default 1).")
+    pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages (default 1).")
+    kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
+        "Share of GPU memory the engine may use (default: the engine's own, 0.9 for vLLM)."))
+    max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
+        "Longest request in tokens (default: the model's max_position_embeddings)."))
+    batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
+        "Tokens per sequence for max_kv_bytes (default max_model_len)."))
+    workload: str | None = Field(None, description=(
+        "A workload file (`kvplan simulate`) relative to this file, or a bundled workload's name (`kvplan examples`)."))
+    allocator: str = Field("paged-16", description="Allocator whose simulation the limits apply to (default paged-16).")
+    require: Require = Field(description="The limits; at least one.")
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is not None:
+            _size_bytes(value, "gpu_memory")
+        return value
 
     @model_validator(mode="after")
     def _what_it_plans_for(self) -> "Budget":
@@ -71,9 +124,11 @@ class Budget(BaseModel):
 
 
 class BudgetsFile(BaseModel):
+    """A budgets file for `kvplan check`: exit 0 when every limit passes, 1 when one fails, 2 when invalid."""
+
     model_config = ConfigDict(extra="forbid")
 
-    budgets: list[Budget] = Field(min_length=1)
+    budgets: list[Budget] = Field(min_length=1, description="The budgets, each with a unique name.")
 
     @model_validator(mode="after")
     def _unique(self) -> "BudgetsFile":
@@ -94,50 +149,86 @@ def load_budgets(path: Path) -> BudgetsFile:
     return model
 
 
-def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """(measured value, limit) of each limit the budget names; sizes in bytes."""
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """Each named limit's measured value and threshold (sizes in bytes), and what the measurement
+    says about why a value is what it is (shown beside a failing limit)."""
+
+    values: dict[str, float]
+    thresholds: dict[str, float]
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def measure(budget: Budget, origin: Path) -> Measured:
+    """Measure every limit the budget names with the rules of `kvplan size`, `fit` and `simulate`."""
+    import math
+
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
     from kvplan.core.engines import engine_for
     from kvplan.core.sizing import size_kv
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
-    from kvplan.io.units import parse_size
 
     asked = {k: v for k, v in budget.require.model_dump().items() if v is not None}
     out: dict[str, float] = {}
+    why: dict[str, str] = {}
     if budget.model and asked.keys() - set(SIMULATION_LIMITS):
         spec = load_model(budget.model)
         max_len = budget.max_model_len or spec.max_model_len
+        tp, pp = budget.tensor_parallel_size, budget.pipeline_parallel_size
         if asked.keys() & set(SIZE_LIMITS):
             engine, _ = engine_for(spec, budget.engine)
-            r = size_kv(spec, engine, batch=budget.batch, seq_len=budget.seq_len or max_len,
-                        kv_dtype=budget.kv_cache_dtype, tp=budget.tensor_parallel_size, pp=budget.pipeline_parallel_size)
+            seq_len = budget.seq_len or max_len
+            r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
             out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,
                        max_kv_bytes_per_gpu=r.per_gpu_bytes)
+            per_token = f"{spec.name} stores {r.bytes_per_token} B of {r.kv_dtype} KV per token"
+            why["max_kv_bytes_per_token"] = per_token + ("; kv_cache_dtype: fp8 halves it"
+                                                          if r.kv_dtype in ("bf16", "fp16") else "")
+            why["max_kv_bytes"] = (f"{per_token}; {budget.batch} x {seq_len} tokens take {r.total_bytes} B "
+                                   f"({_gib(r.total_bytes)}) with {budget.engine}'s allocation")
+            why["max_kv_bytes_per_gpu"] = (f"{budget.batch} x {seq_len} tokens take {r.total_bytes} B over "
+                                           f"{r.num_gpus} GPU(s): {r.per_gpu_bytes} B ({_gib(r.per_gpu_bytes)}) "
+                                           f"on one; more tensor_parallel_size lowers it")
         if asked.keys() & set(FIT_LIMITS):
             gpu = get_gpu(budget.gpu, memory=budget.gpu_memory)
-            req = FitRequest(spec=spec, gpu=gpu, engine=budget.engine, tp=budget.tensor_parallel_size,
-                             pp=budget.pipeline_parallel_size, kv_dtype=budget.kv_cache_dtype,
-                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len)
+            want = asked.get("min_max_concurrency")
+            req = FitRequest(spec=spec, gpu=gpu, engine=budget.engine, tp=tp, pp=pp, kv_dtype=budget.kv_cache_dtype,
+                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len,
+                             concurrency=math.ceil(want) if want else None)
             f = fit(req)
             per_request = size_kv(spec, engine_for(spec, budget.engine)[0], batch=budget.batch, seq_len=f.max_model_len,
-                                  kv_dtype=budget.kv_cache_dtype, tp=budget.tensor_parallel_size,
-                                  pp=budget.pipeline_parallel_size).per_gpu_bytes
+                                  kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp).per_gpu_bytes
             b = f.breakdown
             busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request
             out.update(min_kv_cache_tokens=f.kv_cache_tokens, min_max_concurrency=round(f.max_concurrency, 4),
                        max_model_len_must_fit=float(f.max_model_len_fit >= f.max_model_len and f.kv_cache_memory_bytes > 0),
                        min_headroom_frac=round(1 - busy / gpu.memory_bytes, 6))
+            fit_says = "; ".join(f.reasons)
+            cache = (f"{f.kv_cache_tokens} tokens of KV cache ({_gib(f.kv_cache_memory_bytes)} per GPU) on "
+                     f"{gpu.name} x {tp * pp}: weights {_gib(b.weights)}, activation {_gib(b.activation)}, "
+                     f"non-torch {_gib(b.non_torch)}, CUDA graphs {_gib(b.cuda_graph)}")
+            why["min_kv_cache_tokens"] = fit_says or cache
+            why["min_max_concurrency"] = fit_says or (
+                f"{f.max_concurrency:.2f} requests of {f.max_model_len} tokens fit in {cache}")
+            why["max_model_len_must_fit"] = fit_says or f"the longest request that fits is {f.max_model_len_fit} tokens"
+            why["min_headroom_frac"] = (
+                f"weights {_gib(b.weights)} + activation {_gib(b.activation)} + non-torch {_gib(b.non_torch)} + "
+                f"CUDA graphs {_gib(b.cuda_graph)} + KV of {budget.batch} x {f.max_model_len} tokens "
+                f"{_gib(per_request)} = {_gib(busy)} of {_gib(gpu.memory_bytes)} per GPU")
     if asked.keys() & set(SIMULATION_LIMITS):
         from kvplan.core.sim.engine import simulate
         from kvplan.core.sim.model import allocator_spec
         from kvplan.errors import ConfigError
+        from kvplan.io.examples import resolve_input
         from kvplan.io.workload import resolve_workload
 
         assert budget.workload is not None
-        from kvplan.io.examples import resolve_input
-
         path = Path(budget.workload)
         path = path if path.is_absolute() else origin.parent / path
         try:
@@ -149,7 +240,14 @@ def measure(budget: Budget, origin: Path) -> tuple[dict[str, float], dict[str, f
         sim = simulate(w.requests, w.config, allocator_spec(budget.allocator, placement=placement))
         out.update(min_token_states_frac=round(sim.token_states_frac, 6), max_preemptions=sim.preemptions,
                    max_rejected=sim.rejected, min_completed=sim.completed)
-    thresholds = {}
-    for key, limit in asked.items():
-        thresholds[key] = float(parse_size(limit, what=f"{budget.name}: require.{key}")) if key in SIZE_LIMITS else float(limit)
-    return {key: float(out[key]) for key in asked}, thresholds
+        rejected = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(sim.rejected_reasons.items()))
+        outcome = (f"{sim.completed} completed, {sim.rejected} rejected" + (f" ({rejected})" if rejected else "")
+                   + f", {sim.preemptions} preemptions")
+        why["min_token_states_frac"] = (
+            f"{sim.allocator}: token states {100 * sim.token_states_frac:.1f}%, reserved {100 * sim.reserved_frac:.1f}%, "
+            f"internal fragmentation {100 * sim.internal_frag_frac:.1f}%, external {100 * sim.external_frag_frac:.1f}%, "
+            f"free {100 * sim.free_frac:.1f}% of the KV pool")
+        why["max_preemptions"] = why["max_rejected"] = why["min_completed"] = f"{sim.allocator}: {outcome}"
+    thresholds = {key: float(limit) for key, limit in asked.items()}  # sizes are bytes already (Require._bytes)
+    return Measured(values={key: float(out[key]) for key in asked}, thresholds=thresholds,
+                    reasons={key: why[key] for key in asked if key in why})

@@ -12,6 +12,7 @@ predicted whole/part ratio and marked ``scaled``.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,10 @@ from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.validate import require_torch
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+GiB = 1 << 30
+# Share of the device's available memory a run may plan to use: the interpreter, torch's own
+# buffers and allocator rounding need the rest.
+USABLE_SHARE = 0.9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +96,73 @@ def _device(name: str) -> str:
     return name
 
 
+def available_bytes(device: str) -> int:
+    """Memory a run can use now: CUDA's free bytes (``torch.cuda.mem_get_info``); on CPU the kernel's
+    MemAvailable (/proc/meminfo), else physical pages x page size."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 0  # unknown: do not refuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunNeed:
+    weights: int
+    kv_cache: int
+    activation: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activation
+
+
+def run_need(spec: ModelSpec, layers: int | None, *, batch: int, seq_len: int, prompt_len: int, dtype: str) -> RunNeed:
+    """What building ``layers`` layers of the model and running the case holds at its peak (kvplan's own
+    predictions: parameter count x dtype, the hf engine's KV cache, the prefill activation estimate)."""
+    sub = spec_from_hf_config(reduced_config(spec.raw_config, layers), name=spec.name, origin=spec.source or spec.name)
+    width = get_dtype(dtype).vector_bytes(1)
+    return RunNeed(weights=count_params(sub, sub.arch).total * width if sub.arch else 0,
+                   kv_cache=size_kv(sub, get_engine("hf"), batch=batch, seq_len=seq_len, kv_dtype=dtype).total_bytes,
+                   activation=hf_activation_estimate(sub, batch=batch, prompt_len=prompt_len, act_bytes=width))
+
+
+def check_memory(case: Case, spec: ModelSpec, *, device: str, dtype: str, prompt_len: int, available: int) -> None:
+    """Refuse, before building anything, a run that would not fit the device; name a --layers that does."""
+    if available <= 0:
+        return
+    usable = int(available * USABLE_SHARE)
+
+    def need(layers: int | None) -> RunNeed:
+        return run_need(spec, layers, batch=case.batch, seq_len=case.seq_len, prompt_len=prompt_len, dtype=dtype)
+
+    whole = need(case.layers)
+    if whole.total <= usable:
+        return
+    built = case.layers or spec.num_layers
+    lo, hi = 0, built - 1  # the most layers that fit: need() grows with layers
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if need(mid).total <= usable else (lo, mid - 1)
+    what = (f"{spec.name} with {built} layers on {device} needs about {whole.total / GiB:.2f} GiB (weights "
+            f"{whole.weights / GiB:.2f} GiB + KV cache {whole.kv_cache / GiB:.2f} GiB + activations "
+            f"{whole.activation / GiB:.2f} GiB), {usable / GiB:.2f} GiB usable ({USABLE_SHARE:.0%} of "
+            f"{available / GiB:.2f} GiB available)")
+    if lo == 0:
+        raise InputError(f"{what}; even one layer does not fit: lower --batch or --seq-len, or --dtype bf16")
+    raise InputError(f"{what}; run with --layers {lo} (the whole-model figures are then scaled)")
+
+
 def _weights_bytes(model: Any) -> int:
     seen: set[int] = set()
     total = 0
@@ -124,6 +196,7 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
     prompt_len = case.prompt_len or max(1, case.seq_len - 8)
     if not 0 < prompt_len < case.seq_len:
         raise InputError(f"--prompt-len must be between 1 and seq_len - 1 ({case.seq_len - 1})")
+    check_memory(case, spec, device=device, dtype=dtype.name, prompt_len=prompt_len, available=available_bytes(device))
     raw = reduced_config(spec.raw_config, case.layers)
     sub = spec_from_hf_config(raw, name=spec.name, origin=spec.source or spec.name)
     cfg = dict(raw)

@@ -112,8 +112,128 @@ def test_github_actions_annotations_and_summary(tmp_path):
     path = write(tmp_path, "budgets:\n  - name: b\n    model: llama2-7b\n    require: {max_kv_bytes_per_token: 1KiB}\n")
     r = check(path, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
     assert r.exit_code == 1
-    assert "::error title=kvplan budget b::max_kv_bytes_per_token" in r.stdout
+    assert "::error" not in r.stdout
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("::error ")]
+    props, message = line[len("::error "):].split("::", 1)
+    assert dict(p.split("=", 1) for p in props.split(",")) == {
+        "file": str(path), "line": "4", "title": "kvplan budget b"}
+    assert message.startswith("max_kv_bytes_per_token = 512.00 KiB, limit 1.00 KiB: ")
     assert "| b | max_kv_bytes_per_token |" in summary.read_text() and "**FAIL**" in summary.read_text()
+
+
+def test_json_is_pure_under_github_actions(tmp_path):
+    path = write(tmp_path, "budgets:\n  - name: b\n    model: llama2-7b\n    require: {max_kv_bytes_per_token: 1KiB}\n")
+    r = check(path, "--json", env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": ""})
+    assert r.exit_code == 1, r.output
+    out = json.loads(r.stdout)  # no annotation before the document
+    assert out["passed"] is False and "::error" in r.stderr
+
+
+def test_annotation_file_is_relative_to_the_workspace_and_line_is_the_name_without_a_key_line(tmp_path):
+    (tmp_path / "capacity").mkdir()
+    path = write(tmp_path / "capacity", "budgets:\n  - name: a\n    model: llama2-7b\n"
+                                        "    require: {max_kv_bytes_per_token: 1MiB}\n"
+                                        "  - model: llama2-7b\n    name: b\n    require:\n"
+                                        "      max_kv_bytes_per_token: 1KiB\n      max_kv_bytes: 1KiB\n")
+    r = check(path, env={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path), "GITHUB_STEP_SUMMARY": ""})
+    assert r.exit_code == 1
+    lines = [x for x in r.stderr.splitlines() if x.startswith("::error ")]
+    assert [x.split("::")[1] for x in lines] == [
+        "error file=capacity/budgets.yaml,line=8,title=kvplan budget b",
+        "error file=capacity/budgets.yaml,line=9,title=kvplan budget b",
+    ]
+
+
+def test_a_newline_in_a_name_cannot_start_a_workflow_command(tmp_path):
+    path = write(tmp_path, 'budgets:\n  - name: "x\\n::warning::pwned, y: 50%"\n    model: llama2-7b\n'
+                           '    require: {max_kv_bytes_per_token: 1KiB}\n')
+    for args in ((), ("--json",)):
+        r = check(path, *args, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": ""})
+        assert r.exit_code == 1, r.output
+        for line in (r.stdout + r.stderr).splitlines():
+            assert not line.lstrip().startswith("::warning"), line
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith("::error")]
+        assert "title=kvplan budget x%0A%3A%3Awarning%3A%3Apwned%2C y%3A 50%25::" in line
+
+
+def test_annotation_escaping_follows_githubs_rules():
+    from kvplan.cli.check import annotation, escape_data, escape_property
+
+    assert escape_data("50%\r\n::x") == "50%25%0D%0A::x"
+    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    assert annotation("m\n", title="t,1", file="d/b.yaml", line=3) == "::error file=d/b.yaml,line=3,title=t%2C1::m%0A"
+    assert "\x1b" not in escape_data("\x1b[31m")
+
+
+def test_junit_xml_stays_valid_with_control_characters_in_a_name(tmp_path):
+    out = tmp_path / "report.xml"
+    path = write(tmp_path, 'budgets:\n  - name: "a\\x01\\x1b<&>\\"\\nb"\n    model: llama2-7b\n'
+                           '    require: {max_kv_bytes_per_token: 1KiB}\n')
+    r = check(path, "--junit-xml", str(out))
+    assert r.exit_code == 1, r.output
+    suite = ET.parse(out).getroot()  # raises on a character XML 1.0 forbids
+    (case,) = suite.iter("testcase")
+    assert case.get("classname") == 'a\\x01\\x1b<&>"\nb'
+    failure = case.find("failure")
+    assert failure is not None and "limit 1.00 KiB: llama2-7b stores 524288 B" in failure.get("message")
+    assert "\x1b" not in r.stdout
+
+
+def test_a_failing_limit_says_why_with_numbers(tmp_path):
+    # Llama 3.1 70B in bf16 (141 GB of weights) on one 24 GB A10G: no KV cache at all.
+    out = tmp_path / "report.xml"
+    summary = tmp_path / "summary.md"
+    path = write(tmp_path, "budgets:\n  - name: wont-fit\n    model: llama3.1-70b\n    gpu: A10G\n"
+                           "    max_model_len: 32768\n    require:\n      min_max_concurrency: 4\n"
+                           "      max_model_len_must_fit: true\n")
+    r = check(path, "--json", "--junit-xml", str(out),
+              env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    reason = rows["min_max_concurrency"]["reason"]
+    assert rows["min_max_concurrency"]["value"] == 0 and "no memory left for the KV cache" in reason
+    assert "weights 131.42 GiB" in reason and "GiB" in reason.split("exceed")[1]
+    assert rows["max_model_len_must_fit"]["reason"] == reason
+    failure = next(c for c in ET.parse(out).getroot().iter("testcase") if c.get("name").endswith("concurrency"))
+    assert failure.find("failure").get("message") == f"min_max_concurrency = 0, limit 4: {reason}"
+    assert f"min_max_concurrency = 0, limit 4: {reason}" in r.stderr
+    assert reason in summary.read_text()
+    text = check(path)
+    assert "no memory left for the KV cache" in text.stdout
+
+
+def test_a_passing_limit_has_no_reason_and_a_tight_one_gets_fits_numbers(tmp_path):
+    path = write(tmp_path, "budgets:\n  - name: b\n    model: llama2-7b\n    gpu: A10G\n    max_model_len: 4096\n"
+                           "    require: {min_max_concurrency: 100, min_kv_cache_tokens: 1}\n")
+    r = check(path, "--json")
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    assert rows["min_kv_cache_tokens"]["passed"] and rows["min_kv_cache_tokens"]["reason"] == ""
+    why = rows["min_max_concurrency"]["reason"]
+    assert why.startswith("100 concurrent requests of 4,096 tokens need") and f"{rows['min_max_concurrency']['value']:.2f} fit" in why
+
+
+def test_the_table_keeps_every_name_and_digit_at_80_columns(tmp_path):
+    long_name = "deepseek-v3-long-context-" + "x" * 40
+    path = write(tmp_path, f"budgets:\n  - name: {long_name}\n    model: deepseek-v3\n    gpu: H200\n"
+                           "    tensor_parallel_size: 8\n    require: {min_kv_cache_tokens: 123456789}\n")
+    r = check(path, env={"COLUMNS": "80"})
+    assert r.exit_code == 1, r.output
+    assert long_name in r.stdout and "123456789" in r.stdout and "min_kv_cache_tokens" in r.stdout
+    assert "…" not in r.stdout and max(len(x) for x in r.stdout.splitlines()) <= 80
+    r = check(EXAMPLE, env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and "…" not in r.stdout and "deepseek-v3-long-context" in r.stdout
+    assert "max_kv_bytes_per_token" in r.stdout and "160.00 KiB" in r.stdout
+
+
+def test_check_help_covers_every_option():
+    import typer
+
+    params = typer.main.get_command(app).commands["check"].params
+    options = [p for p in params if p.name != "budgets_file"]
+    assert len(options) == 3
+    for p in options:
+        assert p.help and "default" in p.help, p.name
 
 
 def test_baseline_shows_what_got_worse(tmp_path):
@@ -157,3 +277,40 @@ def test_missing_baseline_exits_2(tmp_path):
 def test_schema_budgets():
     r = runner.invoke(app, ["schema", "budgets"])
     assert r.exit_code == 0 and "require" in json.dumps(json.loads(r.stdout))
+BIG = "9" * 309
+
+
+@pytest.mark.parametrize("require,message", [
+    (f"{{max_kv_bytes: {BIG}}}", "sizes are limited to 1 EiB"),
+    (f"{{max_kv_bytes_per_gpu: \"{BIG}GiB\"}}", "sizes are limited to 1 EiB"),
+    ("{max_kv_bytes_per_token: .nan}", "max_kv_bytes_per_token"),
+    ("{min_max_concurrency: .inf}", "finite number"),
+    ("{min_max_concurrency: .nan}", "min_max_concurrency"),
+    ("{min_headroom_frac: .nan}", "min_headroom_frac"),
+    (f"{{min_max_concurrency: {BIG}}}", "min_max_concurrency"),
+    (f"{{min_kv_cache_tokens: {BIG}}}", "less than or equal to 9007199254740992"),
+    (f"{{max_preemptions: {BIG}}}", "max_preemptions"),
+])
+def test_non_finite_and_huge_numbers_exit_2(tmp_path, require, message):
+    r = check(write(tmp_path, f"budgets:\n  - name: b\n    model: llama2-7b\n    gpu: A10G\n    require: {require}\n"))
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and "line 5" in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("field", [f"batch: {BIG}", f"max_model_len: {BIG}", f"seq_len: {BIG}",
+                                   "gpu_memory_utilization: .nan", f"gpu_memory: \"{BIG}GiB\""])
+def test_huge_deployment_settings_exit_2(tmp_path, field):
+    r = check(write(tmp_path, f"budgets:\n  - name: b\n    model: llama2-7b\n    gpu: A10G\n    {field}\n"
+                              "    require: {min_max_concurrency: 1, max_kv_bytes: 1GiB}\n"))
+    assert r.exit_code == 2, r.output
+    assert field.split(":")[0] in r.stderr and "Traceback" not in r.output
+
+
+def test_schema_describes_every_property():
+    r = runner.invoke(app, ["schema", "budgets"])
+    schema = json.loads(r.stdout)
+    models = [schema, *schema["$defs"].values()]
+    props = [(m.get("title"), name, p) for m in models for name, p in m["properties"].items()]
+    assert len(props) >= 27  # 1 + 15 budget fields + 11 limits
+    missing = [(title, name) for title, name, p in props if not p.get("description")]
+    assert not missing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -98,3 +99,68 @@ def test_cuda_peak_is_measured():
     assert r.exit_code in (0, 1), r.output
     rows = {row["component"]: row for row in json.loads(r.stdout)["cases"]}
     assert rows["peak"]["measured_bytes"] >= rows["weights"]["measured_bytes"] + rows["kv_cache"]["measured_bytes"]
+
+
+def test_a_model_too_big_for_the_device_is_refused_before_anything_is_built(monkeypatch):
+    import re
+
+    import kvplan.validate.hf_cache as hf_cache
+    import kvplan.validate.run as run
+    from kvplan.io.models import load_model
+
+    def never(*args, **kwargs):
+        raise AssertionError("built a model that cannot fit")
+
+    monkeypatch.setattr(hf_cache, "build_model", never)
+    monkeypatch.setattr(run, "available_bytes", lambda device: 64 << 30)
+    r = runner.invoke(app, ["validate", "llama3.1-405b", "--device", "cpu"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "llama3.1-405b with 126 layers on cpu needs about" in r.stderr
+    n = int(re.search(r"run with --layers (\d+)", r.stderr).group(1))
+    # Llama 3.1 405B in bf16: about 405e9 x 2 bytes of weights; the 64 GiB machine holds 57.6 GiB of it.
+    need = re.search(r"needs about ([\d.]+) GiB \(weights ([\d.]+) GiB", r.stderr)
+    assert 750 < float(need.group(2)) < 760 and float(need.group(1)) >= float(need.group(2))
+    spec = load_model("llama3.1-405b")
+
+    def total(layers):
+        return run.run_need(spec, layers, batch=1, seq_len=64, prompt_len=56, dtype="bf16").total
+
+    usable = int((64 << 30) * run.USABLE_SHARE)
+    assert total(n) <= usable < total(n + 1)
+    # The same run with the suggested --layers gets past the check (to the build, stubbed out here).
+    r = runner.invoke(app, ["validate", "llama3.1-405b", "--device", "cpu", "--layers", str(n)])
+    assert r.exit_code == 3 and "built a model that cannot fit" in r.stderr
+
+
+def test_even_one_layer_too_big_says_what_to_lower(monkeypatch):
+    import kvplan.validate.run as run
+
+    monkeypatch.setattr(run, "available_bytes", lambda device: 1 << 30)
+    r = runner.invoke(app, ["validate", "llama3.1-405b", "--device", "cpu", "--layers", "1"])
+    assert r.exit_code == 2, r.output
+    assert "even one layer does not fit: lower --batch or --seq-len" in r.stderr
+
+
+def test_available_memory_is_read_from_the_machine():
+    from kvplan.validate.run import available_bytes
+
+    assert 0 < available_bytes("cpu") <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_validate_help_covers_every_option():
+    import typer
+
+    params = typer.main.get_command(app).commands["validate"].params
+    options = [p for p in params if p.name != "model"]
+    assert len(options) == 10
+    for p in options:
+        assert p.help and "default" in p.help, p.name
+
+
+def test_validate_table_keeps_every_digit_at_80_columns():
+    r = runner.invoke(app, ["validate", str(CONFIGS / "qwen3-0.6b.json"), "--layers", "1", "--seq-len", "20",
+                            "--dtype", "bf16", "--device", "cpu"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout and max(len(x) for x in r.stdout.splitlines()) <= 80
+    for text in ("case / part", "predicted", "measured", "kv_cache", "weights", "326.76 MiB", "scaled"):
+        assert text in r.stdout

@@ -8,13 +8,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kvplan.core.engines import get_engine  # noqa: E402
-from kvplan.core.engines.base import cdiv  # noqa: E402
 from kvplan.core.sizing import size_kv  # noqa: E402
 from kvplan.validate.paged import PagedKVCache, attention, mla_expand  # noqa: E402
 from tests.factories import make_mla, make_spec  # noqa: E402
 
 LENGTHS = [5, 16, 17, 40]
 BLOCK = 16
+BLOCKS = 1 + 1 + 2 + 3  # 16-token blocks for 5, 16, 17 and 40 tokens: a partly filled block is a whole block
+BF16 = 2  # bytes
 
 
 def fill(cache: PagedKVCache, layers: int, vectors: list[tuple[int, int]], gen) -> dict[int, list[list]]:
@@ -35,8 +36,7 @@ def fill(cache: PagedKVCache, layers: int, vectors: list[tuple[int, int]], gen) 
 def test_paged_attention_equals_contiguous_and_bytes_match_vllm(kv_heads, heads):
     layers, head_dim = 2, 32
     vectors = [(kv_heads, head_dim), (kv_heads, head_dim)]
-    blocks = sum(cdiv(n, BLOCK) for n in LENGTHS)
-    cache = PagedKVCache(num_layers=layers, num_blocks=blocks, block_size=BLOCK, vectors=vectors, dtype=torch.bfloat16)
+    cache = PagedKVCache(num_layers=layers, num_blocks=BLOCKS, block_size=BLOCK, vectors=vectors, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(0)
     contiguous = fill(cache, layers, vectors, gen)
     for seq in range(len(LENGTHS)):
@@ -47,16 +47,19 @@ def test_paged_attention_equals_contiguous_and_bytes_match_vllm(kv_heads, heads)
             assert torch.equal(attention(q, k, v), attention(q, *contiguous[seq][layer]))
     spec = make_spec(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, dtype="bf16", num_attention_heads=heads)
     engine = get_engine("vllm", block_size=BLOCK)
-    predicted = sum(size_kv(spec, engine, batch=1, seq_len=n).total_bytes for n in LENGTHS)
-    assert cache.pool_bytes() == predicted
-    assert cache.table_bytes() == 4 * blocks
+    # Worked by hand: 7 blocks x 16 slots x 2 layers x (K and V) x kv_heads x 32 elements x 2 bytes.
+    expected = BLOCKS * BLOCK * layers * 2 * kv_heads * head_dim * BF16
+    assert expected == {8: 229_376, 2: 57_344, 1: 28_672}[kv_heads]
+    assert sum(size_kv(spec, engine, batch=1, seq_len=n).total_bytes for n in LENGTHS) == expected
+    assert cache.pool_bytes() == expected
+    assert [len(cache.tables[s]) for s in range(len(LENGTHS))] == [1, 1, 2, 3]  # every block of the pool in use
+    assert cache.free == [] and cache.table_bytes() == 4 * 7  # int32 block ids
 
 
 def test_paged_mla_latent_attention_equals_contiguous_and_bytes_match_vllm():
     layers, heads, rank, rope, nope, v_dim = 2, 4, 32, 8, 16, 16
     vectors = [(1, rank + rope)]
-    blocks = sum(cdiv(n, BLOCK) for n in LENGTHS)
-    cache = PagedKVCache(num_layers=layers, num_blocks=blocks, block_size=BLOCK, vectors=vectors, dtype=torch.bfloat16)
+    cache = PagedKVCache(num_layers=layers, num_blocks=BLOCKS, block_size=BLOCK, vectors=vectors, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(1)
     contiguous = fill(cache, layers, vectors, gen)
     w_kv_b = torch.randn(rank, heads * (nope + v_dim), generator=gen)
@@ -73,7 +76,13 @@ def test_paged_mla_latent_attention_equals_contiguous_and_bytes_match_vllm():
     spec = make_spec([make_mla(num_heads=heads, kv_lora_rank=rank, qk_rope_head_dim=rope, qk_nope_head_dim=nope,
                                v_head_dim=v_dim)] * layers, dtype="bf16", num_attention_heads=heads)
     engine = get_engine("vllm", block_size=BLOCK)
-    assert cache.pool_bytes() == sum(size_kv(spec, engine, batch=1, seq_len=n).total_bytes for n in LENGTHS)
+    # One latent of kv_lora_rank + rope = 40 elements per token and layer ((d_c + d_h^R) per layer, DeepSeek-V2
+    # paper, Table 1):
+    # 7 blocks x 16 slots x 2 layers x 40 x 2 bytes.
+    expected = 17_920
+    assert expected == BLOCKS * BLOCK * layers * (rank + rope) * BF16
+    assert sum(size_kv(spec, engine, batch=1, seq_len=n).total_bytes for n in LENGTHS) == expected
+    assert cache.pool_bytes() == expected and cache.free == []
 
 
 def test_pool_exhaustion_is_reported():

@@ -1,0 +1,180 @@
+"""The README's numbers, generated: sample outputs, published figures, accuracy and simulation tables.
+
+Each generated block sits in README.md between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``.
+
+    python scripts/readme_figures.py            # check: exit 1 and show what differs
+    python scripts/readme_figures.py --write    # rewrite the blocks
+    python scripts/readme_figures.py --write --timings   # also rerun the benchmarks (minutes)
+
+Timings are machine-dependent: they are rewritten only with --timings and never checked. Every other
+block is deterministic, and tests/test_readme.py checks it, so the README cannot go stale silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+LOGS = ROOT / "tests" / "fixtures" / "vllm_logs"
+CONFIGS = ROOT / "tests" / "fixtures" / "configs"
+GiB = 1 << 30
+
+
+def kvplan(*args: str) -> str:
+    """A command's text output as a CI log shows it: 80 columns, not a terminal."""
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "kvplan", *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"kvplan {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return "\n".join(line.rstrip() for line in r.stdout.splitlines())
+
+
+def kvplan_json(*args: str) -> dict:
+    return json.loads(kvplan(*args, "--json"))
+
+
+def size_sample() -> str:
+    return "```\n$ kvplan size llama2-7b --batch 16\n" + kvplan("size", "llama2-7b", "--batch", "16") + "\n```"
+
+
+def published() -> str:
+    def bpt(model: str, *args: str) -> int:
+        return kvplan_json("size", model, "--seq-len", "1", *args)["bytes_per_token"]
+
+    llama = kvplan_json("size", "llama2-7b", "--seq-len", "4096")
+    gpt3 = [kvplan_json("size", "gpt3-175b", "--batch", str(b), "--seq-len", "4096")["total_bytes"] / GiB
+            for b in (4, 16, 64)]
+    rows = [
+        ("Llama-2-7B fp16", f"{llama['bytes_per_token']:,} B/token; {llama['total_bytes'] / GiB:g} GiB at 4,096 tokens",
+         "0.5 MiB/token"),
+        ("OPT-13B fp16", f"{bpt('opt-13b'):,} B/token", "800 KB/token (vLLM paper)"),
+        ("Llama-3.1-405B bf16", f"{bpt('llama3.1-405b'):,} B/token", ""),
+        ("Qwen2.5-72B bf16", f"{bpt('qwen2.5-72b'):,} B/token", ""),
+        ("DeepSeek-V3 bf16 MLA latent", f"{bpt('deepseek-v3'):,} B/token", "(512 + 64) x 61 x 2"),
+        ("GPT-3 175B fp16, 4,096 tokens", f"{' / '.join(f'{g:,.0f}' for g in gpt3)} GiB at batch 4 / 16 / 64",
+         '75.5 / 302 / 1,208 "GB"'),
+    ]
+    return "\n".join(["| model | kvplan | published |", "|---|---|---|",
+                      *(f"| {m} | {k} | {p} |" for m, k, p in rows)])
+
+
+def engines_gemma() -> str:
+    totals = {e: kvplan_json("size", "gemma3-27b", "--batch", "8", "--seq-len", "30001", "--engine", e)["total_bytes"]
+              / GiB for e in ("ideal", "hf", "sglang", "vllm", "trtllm")}
+    same = [e for e in ("ideal", "hf", "sglang") if round(totals[e], 3) == round(totals["ideal"], 3)]
+    return (f"Gemma-3-27B, 8 sequences of 30,001 tokens: {'/'.join(same)} {totals['ideal']:.3f} GiB, "
+            f"vLLM {totals['vllm']:.3f} GiB (block\nrounding and a sliding window that frees whole blocks only), "
+            f"TensorRT-LLM {totals['trtllm']:.3f} GiB.")
+
+
+def gpt3_misprint() -> str:
+    example = "configs/examples/gpt3-175b-d12888.json"
+    gib = [kvplan_json("size", example, "--batch", str(b), "--seq-len", "4096")["total_bytes"] / GiB
+           for b in (4, 16, 64)]
+    return (f"`kvplan size {example} --batch 4 --seq-len 4096` gives {gib[0]:.2f} GiB\n"
+            f"({gib[1]:,.1f} at batch 16, {gib[2]:,.1f} at batch 64).")
+
+
+# Shipped logs with what `explain` needs that the log does not say (tests/cli/test_explain_cli.py).
+EXPLAIN_CASES = [
+    ("v0_h100_small_model_cudagraph.log", "Qwen3-0.6B, H100", ["--model", str(CONFIGS / "qwen3-0.6b.json")],
+     "KV blocks"),
+    ("v0_7_1_qwen25_32b_l40s_tp2.log", "Qwen2.5-32B tp2, L40S", ["--model", str(CONFIGS / "qwen2.5-32b.json")],
+     "KV blocks"),
+    ("v0_6_4_llama31_8b_rtx3090_20k.log", "Llama-3.1-8B, RTX 3090", ["--model", "llama3-8b", "--gpu", "RTX-3090"],
+     "KV blocks"),
+    ("v1_0_9_mistral_small31_24b_tp2.log", "Mistral-Small-24B tp2, L40S",
+     ["--model", str(CONFIGS / "mistral-small-3.1-24b.json"), "--gpu", "L40S", "-tp", "2"], "KV cache tokens"),
+]
+
+
+def explain_accuracy() -> str:
+    out = ["| log | vLLM | logged | from the log's KV memory | KV memory logged | kvplan from model, GPU, settings |",
+           "|---|---|---|---|---|---|"]
+    for log, what, args, figure in EXPLAIN_CASES:
+        data = kvplan_json("explain", str(LOGS / log), *args)
+        rows = {r["figure"]: r for r in data["rows"]}
+        fig, kv = rows[figure], rows["KV cache memory"]
+        kv_pred = (f"{kv['predicted'] / GiB:.2f} GiB ({100 * kv['predicted_error_frac']:+.1f}%)"
+                   if kv["predicted"] is not None and kv["logged"] else "-")
+        out.append(f"| {what} | {data['vllm_version'] or '?'} | {fig['logged']:,.0f} {figure.split()[-1]} | "
+                   f"{fig['replayed']:,.0f} ({100 * fig['replayed_error_frac']:+.2f}%) | "
+                   f"{(kv['logged'] or 0) / GiB:.2f} GiB | {kv_pred} |")
+    return "\n".join(out)
+
+
+def validation_cpu() -> str:
+    report = json.loads((ROOT / "docs" / "validation" / "cpu" / "validation.json").read_text(encoding="utf-8"))
+    cases = report["cases"]
+    kv = [c for c in cases if c["component"].startswith("kv")]
+    weights = [c for c in cases if c["component"].startswith("weights")]
+    kv_exact = sum(c["error_bytes"] == 0 for c in kv)
+    worst_w = max((abs(c["error_frac"]) for c in weights), default=0.0)
+    return (f"**Agreement so far (CPU, [docs/validation/](docs/validation/README.md))**: KV cache exact to the byte\n"
+            f"in {kv_exact} of {len(kv)} cases, weights within {100 * worst_w:.3f}% "
+            f"({len(weights)} cases, {len({c['model'] for c in cases})} models).")
+
+
+def timings_size() -> str:
+    out = subprocess.run([sys.executable, "benchmarks/bench_size.py"], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout
+    return "```\n$ python benchmarks/bench_size.py\n" + out.rstrip() + "\n```"
+
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "size-sample": size_sample,
+    "published": published,
+    "engines-gemma": engines_gemma,
+    "gpt3-misprint": gpt3_misprint,
+    "explain-accuracy": explain_accuracy,
+    "validation-cpu": validation_cpu,
+}
+TIMINGS: dict[str, Callable[[], str]] = {"timings-size": timings_size}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- generated: {re.escape(name)} -->\n)(.*?)(\n<!-- end: {re.escape(name)} -->)", re.S)
+
+
+def current(text: str, name: str) -> str | None:
+    m = _pattern(name).search(text)
+    return m.group(2) if m else None
+
+
+def main(argv: list[str]) -> int:
+    write, with_timings = "--write" in argv, "--timings" in argv
+    only = [a for a in argv if not a.startswith("--")]
+    text = README.read_text(encoding="utf-8")
+    blocks = {**BLOCKS, **(TIMINGS if with_timings else {})}
+    stale = []
+    for name, make in blocks.items():
+        if only and name not in only:
+            continue
+        have = current(text, name)
+        if have is None:
+            print(f"README.md has no block {name!r} (<!-- generated: {name} --> ... <!-- end: {name} -->)")
+            stale.append(name)
+            continue
+        want = make()
+        if want != have:
+            stale.append(name)
+            if write:
+                text = _pattern(name).sub(lambda m: m.group(1) + want + m.group(3), text)
+            else:
+                print(f"--- {name}: README has\n{have}\n+++ generated\n{want}\n")
+    if write:
+        README.write_text(text, encoding="utf-8")
+        print(f"rewrote {len(stale)} block(s): {', '.join(stale) or 'none'}")
+        return 0
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

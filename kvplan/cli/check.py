@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -32,12 +31,14 @@ def _show(limit: str, value: float) -> str:
 
 
 def _load_baseline(path: Path) -> dict[tuple[str, str], float]:
+    from kvplan.io.yamlio import load_json
+
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: no such baseline file")
+    data = load_json(path)  # the safe reader: regular files only, size cap, UTF-8, bounded nesting
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         return {(r["budget"], r["limit"]): float(r["value"]) for r in data["results"]}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such baseline file") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{path}: not a `kvplan check --json` output (needs results[].budget/limit/value)") from None
 
 

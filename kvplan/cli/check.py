@@ -8,7 +8,6 @@ Markdown table goes to ``$GITHUB_STEP_SUMMARY``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -54,12 +53,14 @@ def _verdict(r: "LimitResult") -> str:
 
 
 def _load_baseline(path: Path) -> dict[tuple[str, str], float]:
+    from kvplan.io.yamlio import load_json
+
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: no such baseline file")
+    data = load_json(path)  # the safe reader: regular files only, size cap, UTF-8, bounded nesting
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         return {(r["budget"], r["limit"]): float(r["value"]) for r in data["results"]}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such baseline file") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError):
+    except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{path}: not a `kvplan check --json` output (needs results[].budget/limit/value)") from None
 
 

@@ -30,8 +30,51 @@ from kvplan.errors import ConfigError, InputError
 from kvplan.io.arch import arch_from_config
 
 
+# Upper bounds on config.json integers, so that no input can build per-layer structures of a billion
+# layers or sizes no machine has (``num_hidden_layers: 1000000`` made `fit` hang). Each is the largest
+# value in a released model's config.json times a wide margin:
+_MAX_LAYERS = 4096  # Llama 3.1 405B: 126 layers (x32)
+_MAX_HEADS = 1 << 14  # DeepSeek-V3, Llama 3.1 405B: 128 attention heads (x128)
+_MAX_WIDTH = 1 << 20  # Llama 3.1 405B: hidden 16,384, intermediate 53,248 (x19)
+_MAX_HEAD_DIM = 1 << 14  # Gemma 2: head_dim 256; DeepSeek-V3: kv_lora_rank 512 (x32)
+_MAX_VOCAB = 1 << 24  # Gemma 3: 262,208 (x64)
+_MAX_POSITIONS = 1 << 30  # Llama 4 Scout: 10,485,760 positions (x100); also windows and chunks
+_MAX_EXPERTS = 1 << 16  # Qwen3-Next: 512 routed experts (x128)
+_MAX_SMALL = 1024  # conv kernels (Mamba, gated delta net: 4), expansion factors (Mamba: 2)
+_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "first_k_dense_replace",
+                     "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "expert_layer_period",
+                     "expert_layer_offset", "attn_layer_period", "attn_layer_offset", "sliding_window_pattern",
+                     "no_rope_layer_interval", "full_attention_interval", "max_window_layers"), _MAX_LAYERS),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads",
+                     "n_head_kv", "linear_num_key_heads", "linear_num_value_heads"), _MAX_HEADS),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "intermediate_size", "ffn_dim", "n_inner",
+                     "intermediate_size_mlp", "moe_intermediate_size", "shared_expert_intermediate_size",
+                     "q_lora_rank", "mamba_dt_rank"), _MAX_WIDTH),
+    **dict.fromkeys(("head_dim", "v_head_dim", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                     "linear_key_head_dim", "linear_value_head_dim", "mamba_d_state"), _MAX_HEAD_DIM),
+    **dict.fromkeys(("mamba_d_conv", "linear_conv_kernel_dim", "mamba_expand"), _MAX_SMALL),
+    "vocab_size": _MAX_VOCAB,
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                     "sliding_window", "attention_chunk_size"), _MAX_POSITIONS),
+    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+                     "n_shared_experts"), _MAX_EXPERTS),
+}
+_MAX_OTHER = 1 << 30  # any integer key not listed above
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Cfg:
-    """Typed reads from a config dict with messages that name the file and the key."""
+    """Typed reads from a config dict with messages that name the file and the key.
+
+    Every key kvplan reads goes through ``int``/``bool``/``str``/``int_list``: the type is checked (a
+    number written as a string, ``"14336"``, is refused; a bool is not an int), and integers are
+    bounded below by ``minimum`` and above by ``_BOUNDS``.
+    """
 
     def __init__(self, data: dict[str, Any], origin: str) -> None:
         self.data = data
@@ -50,14 +93,44 @@ class _Cfg:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{self.origin}: {name} must be an integer (got {value!r})")
+                raise ConfigError(f"{self.origin}: {name} must be an integer (got {_show(value)})")
+            maximum = _BOUNDS.get(name, _MAX_OTHER)
             if value < minimum:
                 raise ConfigError(f"{self.origin}: {name} must be >= {minimum} (got {value})")
+            if value > maximum:
+                raise ConfigError(f"{self.origin}: {name} must be <= {maximum} (got {_show(value)}); "
+                                  "no released model comes near that")
             return value
         if default is not None:
             return default
         alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
         raise ConfigError(f"{self.origin}: required key {names[0]}{alt} is missing")
+
+    def bool(self, name: str, default: bool = False) -> bool:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.origin}: {name} must be true or false (got {_show(value)})")
+        return value
+
+    def str(self, name: str, default: str = "") -> str:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise ConfigError(f"{self.origin}: {name} must be a string (got {_show(value)})")
+        return value
+
+    def int_list(self, name: str, *, minimum: int = 0, maximum: int = _MAX_LAYERS) -> list[int]:
+        value = self.data.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or len(value) > _MAX_LAYERS or any(
+                isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum for v in value):
+            raise ConfigError(f"{self.origin}: {name} must be a list of integers in {minimum}..{maximum} "
+                              f"(got {_show(value)})")
+        return value
 
 
 _LAYER_TYPE_KINDS = {
@@ -99,8 +172,10 @@ def _with_class_defaults(data: dict[str, Any], notes: list[str]) -> dict[str, An
     return {**data, **missing}
 
 
-def _text_config(raw: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+def _text_config(raw: dict[str, Any], notes: list[str], origin: str) -> dict[str, Any]:
     text = raw.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise ConfigError(f"{origin}: text_config must be an object of config keys (got {type(text).__name__})")
     if isinstance(text, dict) and not any(k in raw for k in ("num_hidden_layers", "n_layer", "num_layers")):
         merged = dict(text)
         for key in ("torch_dtype", "dtype"):
@@ -112,7 +187,7 @@ def _text_config(raw: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 
 def _dtype_name(cfg: _Cfg, notes: list[str]) -> str:
-    value = cfg.get("torch_dtype") or cfg.get("dtype")
+    value = cfg.str("torch_dtype") or cfg.str("dtype") or None
     if value is None:
         notes.append("config has no torch_dtype; fp16 assumed (override with --kv-cache-dtype)")
         return "fp16"
@@ -123,18 +198,20 @@ def _dtype_name(cfg: _Cfg, notes: list[str]) -> str:
 
 
 def _num_kv_heads(cfg: _Cfg, model_type: str, num_heads: int, notes: list[str]) -> int:
+    kv = None
     if model_type == "falcon" or cfg.has("multi_query") or cfg.has("new_decoder_architecture"):
-        if cfg.get("new_decoder_architecture", False):
-            return cfg.int("num_kv_heads", "num_key_value_heads", default=num_heads)
-        if cfg.get("multi_query", False):
+        if cfg.bool("new_decoder_architecture"):
+            kv = cfg.int("num_kv_heads", "num_key_value_heads", default=num_heads)
+        elif cfg.bool("multi_query"):
             notes.append(f"multi_query: true: one KV head is stored for all {num_heads} query heads")
             return 1
-    if cfg.has("n_head_kv"):
-        return cfg.int("n_head_kv")
-    kv = cfg.int("num_key_value_heads", "num_kv_heads", default=num_heads)
+    if kv is None and cfg.has("n_head_kv"):
+        kv = cfg.int("n_head_kv")
+    if kv is None:
+        kv = cfg.int("num_key_value_heads", "num_kv_heads", default=num_heads)
     if kv > num_heads or num_heads % kv:
         raise ConfigError(
-            f"{cfg.origin}: num_key_value_heads {kv} must divide num_attention_heads {num_heads}"
+            f"{cfg.origin}: the number of KV heads ({kv}) must divide num_attention_heads ({num_heads})"
         )
     return kv
 
@@ -146,7 +223,7 @@ def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) 
             raise ConfigError(f"{cfg.origin}: layer_types must list one type per layer ({num_layers})")
         kinds = []
         for i, t in enumerate(types):
-            if t not in _LAYER_TYPE_KINDS:
+            if not isinstance(t, str) or t not in _LAYER_TYPE_KINDS:
                 known = ", ".join(sorted(_LAYER_TYPE_KINDS))
                 raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {t!r} is not a layer type kvplan knows ({known})")
             kinds.append(_LAYER_TYPE_KINDS[t])
@@ -161,8 +238,8 @@ def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) 
         pattern = cfg.int("sliding_window_pattern", default=6)
         return [LayerKind.SLIDING if (i + 1) % pattern else LayerKind.FULL for i in range(num_layers)]
     if model_type in ("llama4", "llama4_text"):
-        no_rope = cfg.get("no_rope_layers")
-        if isinstance(no_rope, list) and len(no_rope) == num_layers:
+        no_rope = cfg.int_list("no_rope_layers", maximum=1) if cfg.has("no_rope_layers") else None
+        if no_rope and len(no_rope) == num_layers:
             return [LayerKind.CHUNKED if flag else LayerKind.FULL for flag in no_rope]
         interval = cfg.int("no_rope_layer_interval", default=4)
         return [LayerKind.CHUNKED if (i + 1) % interval else LayerKind.FULL for i in range(num_layers)]
@@ -174,9 +251,9 @@ def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) 
         offset = cfg.int("attn_layer_offset", default=4, minimum=0)
         return [LayerKind.FULL if i % period == offset else LayerKind.LINEAR for i in range(num_layers)]
     if cfg.has("sliding_window"):
-        if cfg.has("use_sliding_window") and not cfg.get("use_sliding_window"):
+        if cfg.has("use_sliding_window") and not cfg.bool("use_sliding_window"):
             notes.append(
-                f"sliding_window {cfg.get('sliding_window')} is ignored: use_sliding_window is false"
+                f"sliding_window {_show(cfg.get('sliding_window'))} is ignored: use_sliding_window is false"
             )
             return full
         if cfg.has("use_sliding_window"):
@@ -227,8 +304,8 @@ def spec_from_hf_config(
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: expected a JSON object of config keys")
     notes: list[str] = []
-    cfg = _Cfg(_with_class_defaults(_text_config(raw, notes), notes), origin)
-    model_type = str(cfg.get("model_type", ""))
+    cfg = _Cfg(_with_class_defaults(_text_config(raw, notes, origin), notes), origin)
+    model_type = cfg.str("model_type")
     num_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     num_heads = cfg.int("num_attention_heads", "n_head", "num_heads")
     hidden = cfg.int("hidden_size", "n_embd", "d_model")
@@ -241,8 +318,8 @@ def spec_from_hf_config(
     if cfg.has("kv_lora_rank"):
         if cfg.has("num_key_value_heads"):
             notes.append(
-                f"num_key_value_heads {cfg.get('num_key_value_heads')} ignored: MLA caches the "
-                f"kv_lora_rank latent ({cfg.get('kv_lora_rank')} + {cfg.get('qk_rope_head_dim')} rope)"
+                f"num_key_value_heads {_show(cfg.get('num_key_value_heads'))} ignored: MLA caches the "
+                f"kv_lora_rank latent ({cfg.int('kv_lora_rank')} + {cfg.int('qk_rope_head_dim')} rope)"
             )
         mla = MLALayer(
             num_heads=num_heads,
@@ -286,7 +363,7 @@ def spec_from_hf_config(
     if isinstance(raw.get("vision_config"), dict):
         notes.append("the vision tower's weights are not counted (language model only)")
     quirks: set[str] = set()
-    if model_type == "falcon" and cfg.get("new_decoder_architecture", False):
+    if model_type == "falcon" and cfg.bool("new_decoder_architecture"):
         quirks.add("hf_kv_broadcast")
     return ModelSpec(
         quirks=frozenset(quirks),

@@ -19,23 +19,39 @@ vllm/executor/executor_base.py across versions; see docs/engine-research.md sect
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from kvplan.errors import ConfigError
-from kvplan.io.yamlio import read_text
+from kvplan.io.yamlio import iter_lines
 
 GiB = 1 << 30
 _NUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
+# Bounds on logged figures: 1 PiB of memory, 2^40 tokens/blocks; a log past these is corrupt, and
+# unbounded numbers would overflow float-to-int conversions further on.
+_MAX_GIB = 1 << 20
+_MAX_COUNT = 1 << 40
+
+
+def _float(text: str) -> float:
+    value = float(text.replace(",", ""))
+    if not math.isfinite(value) or abs(value) > _MAX_COUNT:
+        raise ValueError(text)
+    return value
 
 
 def _gib(text: str) -> int:
-    return int(round(float(text.replace(",", "")) * GiB))
+    value = _float(text)
+    if abs(value) > _MAX_GIB:
+        raise ValueError(text)
+    return int(round(value * GiB))
 
 
 def _int(text: str) -> int:
-    return int(float(text.replace(",", "")))
+    return int(_float(text))
 
 
 @dataclass(kw_only=True)
@@ -71,7 +87,7 @@ class VLLMLog:
 
 def _config_fields(log: VLLMLog, line: str) -> None:
     def grab(key: str) -> str | None:
-        m = re.search(rf"\b{key}=('([^']*)'|[^,)\s]+)", line)
+        m = re.search(rf"\b{key}=('([^']{{0,4096}})'|[^,)\s]{{1,4096}})", line)
         if not m:
             return None
         return m.group(2) if m.group(2) is not None else m.group(1)
@@ -83,6 +99,8 @@ def _config_fields(log: VLLMLog, line: str) -> None:
                       ("pipeline_parallel_size", "pipeline_parallel_size"), ("block_size", "block_size")):
         value = grab(key)
         if value and value.isdigit():
+            if len(value) > 12:  # 10^12 tokens / GPUs: beyond any real engine
+                raise ValueError(f"{key}={value[:20]}...")
             setattr(log, attr, int(value))
     log.kv_cache_dtype = grab("kv_cache_dtype") or log.kv_cache_dtype
     eager = grab("enforce_eager")
@@ -90,78 +108,125 @@ def _config_fields(log: VLLMLog, line: str) -> None:
         log.enforce_eager = eager == "True"
 
 
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("init", re.compile(r"Initializing an? (V0 |V1 )?LLM engine \(v([^)]+)\) with config: (.*)")),
-    ("max_len", re.compile(rf"Using max model len {_NUM}")),
-    ("mnbt", re.compile(rf"max_num_batched_tokens(?:=| to ){_NUM}")),
-    ("weights", re.compile(rf"(?:Model loading took|Loading model weights took) {_NUM} ?(?:GiB|GB)")),
-    ("total", re.compile(rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)")),
-    ("breakdown", re.compile(rf"model weights take {_NUM} ?GiB; non_torch_memory takes {_NUM} ?GiB; "
-                             rf"PyTorch activation peak memory takes {_NUM} ?GiB; the rest of the memory reserved "
-                             rf"for KV Cache is {_NUM} ?GiB")),
-    ("v0_results", re.compile(rf"Memory profiling results: total_gpu_memory={_NUM}GiB .*?peak_torch_memory={_NUM}GiB "
-                              rf".*?non_torch_memory={_NUM}GiB kv_cache_size={_NUM}GiB gpu_memory_utilization={_NUM}")),
-    ("available", re.compile(rf"Available KV cache memory: {_NUM} ?GiB")),
-    ("tokens", re.compile(rf"GPU KV cache size: {_NUM} tokens")),
-    ("concurrency", re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")),
-    ("blocks", re.compile(rf"(?:# )?(?:GPU|CUDA|cuda|gpu) blocks: {_NUM}")),
-    ("graphs", re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} ?GiB")),
+# (name, a literal every matching line contains, the pattern). The literal is a cheap filter, and no
+# pattern has an unbounded gap between two literals, so a line costs time linear in its length
+# (``.*?`` between literals made one 85 KB line of repeated profiling results take minutes).
+_PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
+    ("init", "LLM engine (v", re.compile(r"Initializing an? (V0 |V1 )?LLM engine \(v([^)]{1,64})\) with config: (.*)")),
+    ("max_len", "Using max model len", re.compile(rf"Using max model len {_NUM}")),
+    ("mnbt", "max_num_batched_tokens", re.compile(rf"max_num_batched_tokens(?:=| to ){_NUM}")),
+    ("weights", " took ", re.compile(rf"(?:Model loading took|Loading model weights took) {_NUM} ?(?:GiB|GB)")),
+    ("total", "total_gpu_memory (", re.compile(rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)")),
+    ("breakdown", "model weights take", re.compile(
+        rf"model weights take {_NUM} ?GiB; non_torch_memory takes {_NUM} ?GiB; PyTorch activation peak memory takes "
+        rf"{_NUM} ?GiB; the rest of the memory reserved for KV Cache is {_NUM} ?GiB")),
+    ("available", "Available KV cache memory", re.compile(rf"Available KV cache memory: {_NUM} ?GiB")),
+    ("tokens", "GPU KV cache size", re.compile(rf"GPU KV cache size: {_NUM} tokens")),
+    ("concurrency", "Maximum concurrency for", re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")),
+    ("blocks", " blocks: ", re.compile(rf"(?:# )?(?:GPU|CUDA|cuda|gpu) blocks: {_NUM}")),
+    ("graphs", "Graph capturing finished", re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} ?GiB")),
 ]
+_V0_RESULTS = "Memory profiling results:"
+_V0_KEYS = ("total_gpu_memory", "peak_torch_memory", "non_torch_memory", "kv_cache_size", "gpu_memory_utilization")
+_V0_VALUE = re.compile(rf"{_NUM}(GiB)?")
 
 
-def parse_vllm_log(text: str, path: str = "") -> VLLMLog:
+def _v0_results(line: str) -> list[str] | None:
+    """v0.6.3-0.6.4's one-line results, read as key=value words (first of each key wins)."""
+    found: dict[str, str] = {}
+    for word in line[line.index(_V0_RESULTS) + len(_V0_RESULTS):].split():
+        key, eq, value = word.partition("=")
+        if eq and key in _V0_KEYS and key not in found:
+            m = _V0_VALUE.fullmatch(value)
+            if m is None or (m.group(2) is None) != (key == "gpu_memory_utilization"):
+                return None
+            found[key] = m.group(1)
+    return [found[k] for k in _V0_KEYS] if len(found) == len(_V0_KEYS) else None
+
+
+def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
+    """Store one matched line's figures; returns v0's peak torch memory when that line is read."""
+    g = groups
+    if name == "init":
+        log.generation = "V1" if g[0] == "V1 " else "V0"
+        log.version = g[1]
+        _config_fields(log, g[2])
+    elif name == "weights":
+        log.weights_bytes = _gib(g[0])
+    elif name == "total":
+        log.total_gpu_memory_bytes, log.gpu_memory_utilization = _gib(g[0]), _float(g[1])
+    elif name == "breakdown":
+        log.weights_bytes = _gib(g[0])
+        log.non_torch_bytes, log.activation_bytes = _gib(g[1]), _gib(g[2])
+        log.kv_cache_memory_bytes = _gib(g[3])
+    elif name == "v0_results":
+        # v0.6.3-0.6.4: peak_torch_memory includes the weights; activation = peak - weights below
+        log.total_gpu_memory_bytes = _gib(g[0])
+        peak_torch = _gib(g[1])
+        log.non_torch_bytes = _gib(g[2])
+        log.kv_cache_memory_bytes = _gib(g[3])
+        log.gpu_memory_utilization = _float(g[4])
+        return peak_torch
+    elif name == "max_len":
+        log.max_seq_len = _int(g[0])
+    elif name == "mnbt":
+        log.max_num_batched_tokens = _int(g[0])
+    elif name == "available":
+        log.kv_cache_memory_bytes = _gib(g[0])
+    elif name == "tokens":
+        log.kv_cache_tokens = _int(g[0])
+    elif name == "concurrency":
+        log.concurrency_tokens, log.max_concurrency = _int(g[0]), _float(g[1])
+    elif name == "blocks":
+        log.num_gpu_blocks = _int(g[0])
+    elif name == "graphs":
+        log.cuda_graph_bytes = _gib(g[1])
+    return None
+
+
+def parse_vllm_lines(lines: Iterable[tuple[int, str]], path: str = "") -> VLLMLog:
+    """Read (line number, line) pairs; time is linear in the log's size."""
     log = VLLMLog(path=path)
     peak_torch = 0
-    for line in text.splitlines():
-        for name, pattern in _PATTERNS:
-            m = pattern.search(line)
-            if not m:
-                continue
-            log.matched.append(name)
-            if name == "init":
-                log.generation = "V1" if m.group(1) == "V1 " else "V0"
-                log.version = m.group(2)
-                _config_fields(log, m.group(3))
-            elif name == "weights":
-                log.weights_bytes = _gib(m.group(1))
-            elif name == "total":
-                log.total_gpu_memory_bytes, log.gpu_memory_utilization = _gib(m.group(1)), float(m.group(2))
-            elif name == "breakdown":
-                log.weights_bytes = _gib(m.group(1))
-                log.non_torch_bytes, log.activation_bytes = _gib(m.group(2)), _gib(m.group(3))
-                log.kv_cache_memory_bytes = _gib(m.group(4))
-            elif name == "v0_results":
-                # v0.6.3-0.6.4: peak_torch_memory includes the weights; activation = peak - weights below
-                log.total_gpu_memory_bytes = _gib(m.group(1))
-                peak_torch = _gib(m.group(2))
-                log.non_torch_bytes = _gib(m.group(3))
-                log.kv_cache_memory_bytes = _gib(m.group(4))
-                log.gpu_memory_utilization = float(m.group(5))
-            elif name == "max_len":
-                log.max_seq_len = _int(m.group(1))
-            elif name == "mnbt":
-                log.max_num_batched_tokens = _int(m.group(1))
-            elif name == "available":
-                log.kv_cache_memory_bytes = _gib(m.group(1))
-            elif name == "tokens":
-                log.kv_cache_tokens = _int(m.group(1))
-            elif name == "concurrency":
-                log.concurrency_tokens, log.max_concurrency = _int(m.group(1)), float(m.group(2).replace(",", ""))
-            elif name == "blocks":
-                log.num_gpu_blocks = _int(m.group(1))
-            elif name == "graphs":
-                log.cuda_graph_bytes = _gib(m.group(2))
-    if log.generation is None and {"breakdown", "v0_results", "blocks"} & set(log.matched):
+    matched: set[str] = set()
+    for number, line in lines:
+        hits: list[tuple[str, list[str]]] = []
+        for name, literal, pattern in _PATTERNS:
+            if literal in line:
+                m = pattern.search(line)
+                if m:
+                    hits.append((name, list(m.groups())))
+        if _V0_RESULTS in line:
+            groups = _v0_results(line)
+            if groups:
+                hits.append(("v0_results", groups))
+        for name, groups in hits:
+            if name not in matched:
+                matched.add(name)
+                log.matched.append(name)
+            try:
+                peak = _apply(log, name, groups)
+            except ValueError as exc:
+                where = f"{path}: " if path else ""
+                raise ConfigError(f"{where}line {number}: {name} figure {str(exc)[:40]!r} is out of range; "
+                                  "is this an unedited vLLM log?") from None
+            if peak is not None:
+                peak_torch = peak
+    if log.generation is None and {"breakdown", "v0_results", "blocks"} & matched:
         log.generation = "V0"  # only V0's worker printed these lines
-    elif log.generation is None and {"available", "tokens"} & set(log.matched):
+    elif log.generation is None and {"available", "tokens"} & matched:
         log.generation = "V1"
-    if "v0_results" in log.matched and log.weights_bytes is not None and log.activation_bytes is None:
+    if "v0_results" in matched and log.weights_bytes is not None and log.activation_bytes is None:
         log.activation_bytes = peak_torch - log.weights_bytes
     return log
 
 
+def parse_vllm_log(text: str, path: str = "") -> VLLMLog:
+    return parse_vllm_lines(enumerate(text.splitlines(), start=1), path)
+
+
 def read_vllm_log(path: Path) -> VLLMLog:
-    log = parse_vllm_log(read_text(path), str(path))
+    log = parse_vllm_lines(iter_lines(path), str(path))
     if not set(log.matched) - {"init"}:
         raise ConfigError(
             f"{path}: no vLLM memory lines found (looked for 'Model loading took', 'Memory profiling', "

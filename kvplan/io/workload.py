@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +19,7 @@ from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimReque
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_requests
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.units import parse_size
-from kvplan.io.yamlio import load_yaml, parse_model, read_text
+from kvplan.io.yamlio import iter_lines, load_yaml, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
 
@@ -165,48 +167,107 @@ def _pick(row: dict[str, str], keys: tuple[str, ...]) -> str | None:
     return None
 
 
+# Bounds on trace values: arrivals within 10^12 s (unix time is 1.7e9 s), token counts below 2^31
+# (the longest contexts served are 10M tokens, Llama 4 Scout, x200), rows as many as requests.count.
+_MAX_TRACE_SECONDS = 1e12
+_MAX_TRACE_TOKENS = 1 << 31
+_MAX_TRACE_ROWS = 10_000_000
+
+
 def _seconds(value: str) -> float:
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
+        text = value.strip()
+        try:
+            if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
+                head, frac = text.split(".", 1)
+                if not frac.isdigit():
+                    raise ValueError(value)
+                seconds = datetime.fromisoformat(head).timestamp() + float("0." + frac)
+            else:
+                seconds = datetime.fromisoformat(text).timestamp()
+        except (OverflowError, OSError):
+            raise ValueError(value) from None
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_TRACE_SECONDS:
+        raise ValueError(value)
+    return seconds
+
+
+def _tokens(value: str) -> int:
     text = value.strip()
-    if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
-        head, frac = text.split(".", 1)
-        return datetime.fromisoformat(head).timestamp() + float("0." + frac)
-    return datetime.fromisoformat(text).timestamp()
+    if len(text) > 12:  # int() of a 5,000-digit string is slow and then absurd anyway
+        raise ValueError(value)
+    return int(text)
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str | None, str]]]:
+    """(line number, row) of a CSV with a header, read lazily."""
+    current = 0
+
+    def lines() -> Iterator[str]:
+        nonlocal current
+        for number, line in iter_lines(path):
+            current = number
+            yield line
+
+    try:
+        reader = csv.DictReader(lines())
+        if not reader.fieldnames:
+            raise ConfigError(f"{path}: empty trace")
+        for row in reader:
+            yield current, row
+    except csv.Error as exc:
+        raise ConfigError(f"{path}: line {current}: not valid CSV: {exc}") from None
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: line {number}: not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: line {number}: nested too deeply") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: line {number}: expected a JSON object per line (got {type(row).__name__})")
+        yield number, row
 
 
 def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, int]]:
-    """(arrival seconds from the first request, prompt tokens, output tokens), one per row."""
-    text = read_text(path)
-    rows: list[tuple[int, dict]] = []
-    if path.suffix in (".jsonl", ".ndjson"):
-        for i, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append((i, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}: line {i}: not valid JSON: {exc.msg}") from None
-    else:
-        reader = csv.DictReader(text.splitlines())
-        if not reader.fieldnames:
-            raise ConfigError(f"{path}: empty trace")
-        rows = [(i, row) for i, row in enumerate(reader, start=2)]
-    out = []
+    """(arrival seconds from the first request, prompt tokens, output tokens), one per row.
+
+    Rows are read lazily: with ``limit`` the rest of the file is never read.
+    """
+    rows: Iterator[tuple[int, dict]] = (
+        _jsonl_rows(path) if path.suffix in (".jsonl", ".ndjson") else _csv_rows(path))  # type: ignore[assignment]
+    out: list[tuple[float, int, int]] = []
     t0 = None
-    for line, row in rows[:limit] if limit else rows:
-        row = {str(k): str(v) for k, v in row.items() if k is not None}
+    for line, row in rows:
+        if limit and len(out) >= limit:
+            break
+        if len(out) >= _MAX_TRACE_ROWS:
+            raise ConfigError(f"{path}: more than {_MAX_TRACE_ROWS:,} rows; set requests.limit to use the first N")
+        row = {str(k): "" if v is None else str(v) for k, v in row.items() if k is not None}
         a, p, o = _pick(row, _ARRIVAL_KEYS), _pick(row, _PROMPT_KEYS), _pick(row, _OUTPUT_KEYS)
         if a is None or p is None or o is None:
             raise ConfigError(f"{path}: line {line}: needs an arrival time ({'/'.join(_ARRIVAL_KEYS[:2])}), prompt "
                               f"tokens ({'/'.join(_PROMPT_KEYS[:3])}) and output tokens ({'/'.join(_OUTPUT_KEYS[:2])})")
         try:
-            t, prompt, output = _seconds(a), int(p), int(o)
+            t = _seconds(a)
         except ValueError:
-            raise ConfigError(f"{path}: line {line}: cannot read arrival {a!r}, prompt {p!r}, output {o!r}") from None
-        if prompt < 0 or output < 0:
-            raise ConfigError(f"{path}: line {line}: token counts must be >= 0 (got {prompt}, {output})")
+            raise ConfigError(f"{path}: line {line}: cannot read arrival {a[:40]!r}: not a finite time in seconds (within "
+                              f"{_MAX_TRACE_SECONDS:.0e}) or an ISO date") from None
+        try:
+            prompt, output = _tokens(p), _tokens(o)
+        except ValueError:
+            raise ConfigError(f"{path}: line {line}: cannot read token counts: must be whole numbers "
+                              f"(got prompt {p[:40]!r}, output {o[:40]!r})") from None
+        if not (0 <= prompt < _MAX_TRACE_TOKENS and 0 <= output < _MAX_TRACE_TOKENS):
+            raise ConfigError(f"{path}: line {line}: token counts must be in 0..{_MAX_TRACE_TOKENS - 1} "
+                              f"(got {prompt}, {output})")
         t0 = t if t0 is None else t0
         out.append((t - t0, prompt, output))
     if not out:
@@ -217,13 +278,18 @@ def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, i
 def _length(spec: Length, base: Path) -> LengthDist:
     if isinstance(spec, Empirical):
         path = (base / spec.file) if not Path(spec.file).is_absolute() else Path(spec.file)
-        reader = csv.DictReader(read_text(path).splitlines())
         values = []
-        for i, row in enumerate(reader, start=2):
+        for i, row in _csv_rows(path):
+            if len(values) >= _MAX_TRACE_ROWS:
+                raise ConfigError(f"{path}: more than {_MAX_TRACE_ROWS:,} rows; give a sample")
             try:
-                values.append(int(row[spec.column]))
-            except (KeyError, ValueError):
+                value = _tokens(row[spec.column])
+            except (KeyError, ValueError, AttributeError):
                 raise ConfigError(f"{path}: line {i}: column {spec.column!r} must hold an integer") from None
+            if not 0 <= value < _MAX_TRACE_TOKENS:
+                raise ConfigError(f"{path}: line {i}: column {spec.column!r} must be in 0..{_MAX_TRACE_TOKENS - 1} "
+                                  f"(got {value})")
+            values.append(value)
         return LengthDist(dist="empirical", values=tuple(values))
     if isinstance(spec, (Uniform, Zipf)) and spec.high < spec.low:
         raise ConfigError(f"{spec.dist}: high ({spec.high}) must be >= low ({spec.low})")

@@ -66,3 +66,53 @@ def test_unrecognisable_log_is_a_clear_error(tmp_path):
         read_vllm_log(path)
     with pytest.raises(ConfigError, match="no such file"):
         read_vllm_log(tmp_path / "missing.log")
+
+
+def _parse_in_subprocess(text: str, tmp_path) -> str:
+    """Parse in a child with a generous hang guard: a super-linear pattern takes minutes here."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "long.log"
+    path.write_text(text)
+    code = ("import sys; from pathlib import Path; from kvplan.io.vllm_log import parse_vllm_lines; "
+            "from kvplan.io.yamlio import iter_lines; "
+            "print(sorted(parse_vllm_lines(iter_lines(Path(sys.argv[1]))).matched))")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize("repeat", [
+    "Memory profiling results: total_gpu_memory=1GiB peak_torch_memory=1GiB ",
+    "Initializing a V1 LLM engine (v",
+    "model weights take 1GiB; non_torch_memory takes ",
+])
+def test_long_repeated_lines_parse_in_linear_time(tmp_path, repeat):
+    # one 600 KB line; the old `.*?` pattern took 8-13 s at 21 KB and grew cubically
+    text = "INFO " + repeat * (600_000 // len(repeat)) + "\n"
+    assert _parse_in_subprocess(text, tmp_path) == "[]"
+
+
+def test_v0_results_fields_in_any_order():
+    line = ("Memory profiling results: gpu_memory_utilization=0.90 kv_cache_size=56.18GiB total_gpu_memory=79.15GiB "
+            "peak_torch_memory=14.30GiB non_torch_memory=0.75GiB")
+    log = parse_vllm_log(line)
+    assert log.total_gpu_memory_bytes == round(79.15 * GiB) and log.gpu_memory_utilization == 0.90
+
+
+@pytest.mark.parametrize("line", [
+    "Available KV cache memory: " + "9" * 400 + " GiB",
+    "GPU KV cache size: 99999999999999999999999999 tokens",
+    "Initializing a V1 LLM engine (v0.9.1) with config: model='m', max_seq_len=" + "9" * 5000,
+])
+def test_absurd_figures_are_a_clear_error_with_the_line(line):
+    with pytest.raises(ConfigError, match="line 2: .* out of range"):
+        parse_vllm_log("INFO start\n" + line + "\n", "x.log")
+
+
+def test_log_is_streamed_not_read_whole(tmp_path):
+    path = tmp_path / "bin.log"
+    path.write_bytes(V1.encode() + b"\xff\x00 garbage\n")
+    with pytest.raises(ConfigError, match=r"line 7: not UTF-8 text"):
+        read_vllm_log(path)

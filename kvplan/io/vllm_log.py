@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from kvplan.core.units import GiB
 from kvplan.errors import ConfigError
 from kvplan.io.yamlio import iter_lines
 
-GiB = 1 << 30
 _NUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 # Bounds on logged figures: 1 PiB of memory, 2^40 tokens/blocks; a log past these is corrupt, and
 # unbounded numbers would overflow float-to-int conversions further on.

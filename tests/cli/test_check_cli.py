@@ -281,8 +281,8 @@ BIG = "9" * 309
 
 
 @pytest.mark.parametrize("require,message", [
-    (f"{{max_kv_bytes: {BIG}}}", "sizes are limited to 1 EiB"),
-    (f"{{max_kv_bytes_per_gpu: \"{BIG}GiB\"}}", "sizes are limited to 1 EiB"),
+    (f"{{max_kv_bytes: {BIG}}}", "over kvplan's 1 PiB limit"),
+    (f"{{max_kv_bytes_per_gpu: \"{BIG}GiB\"}}", "over kvplan's 1 PiB limit"),
     ("{max_kv_bytes_per_token: .nan}", "max_kv_bytes_per_token"),
     ("{min_max_concurrency: .inf}", "finite number"),
     ("{min_max_concurrency: .nan}", "min_max_concurrency"),

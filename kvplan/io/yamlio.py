@@ -21,12 +21,12 @@ if TYPE_CHECKING:  # pydantic is imported only when a file is validated (it cost
 
 import yaml
 
+from kvplan.core.units import GiB
 from kvplan.errors import ConfigError
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MiB = 1 << 20
-GiB = 1 << 30
 # Whole-file reads (config.json, YAML). The largest real config.json files (id2label maps of vision
 # models) are a few hundred KiB and kvplan's own YAML files a few KiB: 16 MiB is ~50x the first.
 MAX_FILE_BYTES = 16 * MiB

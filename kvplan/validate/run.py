@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan.core.units import GiB
 from kvplan.core.capacity.estimates import ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import get_engine
@@ -27,7 +28,6 @@ from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.validate import require_torch
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-GiB = 1 << 30
 # Share of the device's available memory a run may plan to use: the interpreter, torch's own
 # buffers and allocator rounding need the rest.
 USABLE_SHARE = 0.9

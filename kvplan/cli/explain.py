@@ -19,9 +19,6 @@ if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start
     from kvplan.io.vllm_log import VLLMLog
 
 console = make_console()
-# V0's SchedulerConfig: without chunked prefill, max_num_batched_tokens = max(max_model_len, 2048)
-# (vllm/config.py, SchedulerConfig.__post_init__, v0.6-v0.8).
-V0_MIN_BATCHED_TOKENS = 2048
 
 
 def _cell(row: ExplainRow, value: float | None) -> str:
@@ -46,21 +43,8 @@ def _gpu_for(log: VLLMLog, gpu: Optional[str]) -> GPUSpec | None:
     return None
 
 
-def _version_tuple(version: str | None) -> tuple[int, ...]:
-    """'0.8.5' -> (0, 8, 5); unknown -> the newest behaviour."""
-    if not version:
-        return (99,)
-    parts = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or (99,)
-
-
-def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
-             tp: Optional[int] = None) -> tuple[FitResult | None, FitResult | None, list[str]]:
+def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Optional[int] = None,
+             engine: Optional[str] = None) -> tuple[FitResult | None, FitResult | None, list[str]]:
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
     from kvplan.io.models import load_model
@@ -77,17 +61,27 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
     except KvplanError as exc:
         notes.append(f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)")
         return None, None, notes
-    version = _version_tuple(log.version)
+    if engine:
+        from kvplan.core.profiles import parse_engine
+        from kvplan.core.profiles.vllm import v0_variant
+
+        choice = parse_engine(engine, allowed=("vllm",))
+        profile = v0_variant(choice.profile) if log.generation == "V0" else choice.profile
+        if choice.note and choice.asked:
+            notes.append(choice.note)
+    else:
+        from kvplan.core.profiles.vllm import for_log
+
+        profile, assumed = for_log(log.version, log.generation)
+        if assumed:
+            notes.append(assumed)
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
     max_len = log.max_seq_len or log.concurrency_tokens
     req = FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
-                     gpu_memory_utilization=log.gpu_memory_utilization or (0.9 if version < (0, 11) else None),
+                     gpu_memory_utilization=log.gpu_memory_utilization,
                      max_model_len=max_len, block_size=log.block_size, enforce_eager=bool(log.enforce_eager),
-                     max_num_batched_tokens=log.max_num_batched_tokens or (
-                         max(max_len or 0, V0_MIN_BATCHED_TOKENS) if log.generation == "V0" else None),
-                     cuda_graphs_in_budget=log.generation != "V0" and version >= (0, 21),
-                     legacy_v0=log.generation == "V0")
+                     max_num_batched_tokens=log.max_num_batched_tokens, profile=profile)
     predicted = fit(req)
     replayed = None
     if log.kv_cache_memory_bytes is not None:
@@ -95,7 +89,8 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None,
             req, kv_cache_memory_bytes=log.kv_cache_memory_bytes, weights_memory=log.weights_bytes,
             activation_memory=log.activation_bytes, non_torch_memory=log.non_torch_bytes,
             cuda_graph_memory=log.cuda_graph_bytes))
-    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}")
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}, "
+                 f"with the rules of {profile.display} {profile.version}")
     return predicted, replayed, notes
 
 
@@ -108,6 +103,8 @@ def explain(
                                                                 "matches the logged total within 2%)."),
     tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="Tensor parallel size (default: "
                                                                                "the log's, else 1)."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vllm==X.Y.Z: the release that wrote the log "
+                                                                      "(default: the version the log prints)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
@@ -116,7 +113,7 @@ def explain(
 
     log = read_vllm_log(log_path)
     gpu_spec = _gpu_for(log, gpu)
-    predicted, replayed, notes = _predict(log, model, gpu_spec, tp)
+    predicted, replayed, notes = _predict(log, model, gpu_spec, tp, engine)
     rows = explain_rows(log.figures(), predicted, replayed)
     if as_json:
         print_json(_json(log, gpu_spec, rows, notes))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.gpus import GPUSpec
@@ -35,11 +35,16 @@ class FitRequest:
     non_torch_memory: int | None = None
     cuda_graph_memory: int | None = None
     enforce_eager: bool = False
-    # vLLM >= 0.21 subtracts a CUDA-graph estimate from the KV budget; older versions captured graphs
-    # after allocating the KV cache, out of the (1 - utilization) slack.
-    cuda_graphs_in_budget: bool = True
-    legacy_v0: bool = False  # vLLM's V0 engine: no sampler profiling run, smaller CUDA graphs
     concurrency: int | None = None  # requests of max_model_len tokens that must fit at once
+    # The release's rules (kvplan.core.profiles.EngineProfile); None: the engine's newest profile.
+    profile: Any = None
+    num_gpu_blocks_override: int | None = None  # vLLM --num-gpu-blocks-override
+    disable_hybrid_kv_cache_manager: bool = False  # vLLM: sliding layers then hold every token
+
+    def engine_profile(self) -> Any:
+        from kvplan.core.profiles import registry
+
+        return self.profile if self.profile is not None else registry().newest(self.engine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +86,12 @@ class FitResult:
     settings: dict[str, float | int | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     params: int = 0
+    engine_version: str = ""  # the profile whose rules were used
+    usable_blocks: int = 0  # num_blocks less the engine's reserved blocks (vLLM's null block)
+    logged_kv_cache_tokens: int = 0  # the capacity the release prints at startup ("GPU KV cache size")
+    logged_capacity_rule: str = ""  # how that figure is computed in this release
+    borderline: bool = False  # the verdict's margin is within the estimates' error
+    borderline_why: str = ""
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:

@@ -32,12 +32,13 @@ SAMPLER_COPIES = 2
 # 0.20-0.30 GiB with NCCL (A1, A3, A4).
 NON_TORCH_TP1_BYTES = 160 * MiB
 NON_TORCH_MULTI_GPU_BYTES = 300 * MiB
-# CUDA graphs (Table C): V0 0.13 / 0.21 / 3.34 GiB for Qwen3-0.6B / Llama-3.2-1B / a 49B model, about
-# 5.5 KiB per layer per hidden unit; V1 piecewise graphs 0.44 / 2.02 GiB for Gemma-3-1B / Llama-3.1-8B,
-# about 15.5 KiB per layer per hidden unit (per TP rank: the captured buffers are sharded).
-CUDA_GRAPH_BYTES_PER_LAYER_HIDDEN_V1 = 15_872
-CUDA_GRAPH_BYTES_PER_LAYER_HIDDEN_V0 = 5_632
-
+# CUDA graphs (Table C): memory per captured batch size, per layer and per hidden unit on one TP rank.
+# V1 piecewise: Gemma-3-1B (26 layers x 1152) 0.44 GiB and Llama-3.1-8B (32 x 4096) 2.02 GiB, both 67
+# sizes: 235 and 247 B (C2, C4). V0: Qwen3-0.6B 0.13 GiB, Llama-3.2-1B 0.21 GiB, a 49B model 3.34 GiB,
+# 35 sizes each: 139, 197 and 156 B (C1, C3, C5). vLLM 0.18+ subtracts its own estimate, which is also
+# linear in the number of sizes (first capture + per graph x (n - 1); docs/engine-versions-research.md 2c).
+CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1 = 238
+CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0 = 164
 
 def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int,
                           last_stage: bool = True, sampler_run: bool = True) -> int:
@@ -53,8 +54,7 @@ def non_torch_bytes(tp: int, pp: int) -> int:
     return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_MULTI_GPU_BYTES
 
 
-def cuda_graph_bytes(spec: ModelSpec, *, enforce_eager: bool, tp: int, pp: int, v1: bool = True) -> int:
-    if enforce_eager:
-        return 0
-    per = CUDA_GRAPH_BYTES_PER_LAYER_HIDDEN_V1 if v1 else CUDA_GRAPH_BYTES_PER_LAYER_HIDDEN_V0
-    return per * -(-spec.num_layers // pp) * spec.hidden_size // tp
+def cuda_graph_bytes(spec: ModelSpec, *, num_graphs: int, tp: int, pp: int, v1: bool = True) -> int:
+    """Memory of ``num_graphs`` captured batch sizes on one GPU (0 when eager)."""
+    per = CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1 if v1 else CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0
+    return per * num_graphs * -(-spec.num_layers // pp) * spec.hidden_size // tp

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from kvplan.core.capacity.common import FitRequest, FitResult, check_request
 from kvplan.core.capacity.sglang import fit_sglang
 from kvplan.core.capacity.trtllm import fit_trtllm
-from kvplan.core.capacity.vllm import DEFAULT_UTILIZATION, fit_vllm
+from kvplan.core.capacity.vllm import fit_vllm
 from kvplan.core.engines import get_engine
 from kvplan.core.spec import AttentionLayer
 from kvplan.errors import InputError, KvplanError
@@ -69,7 +69,7 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         options.append((f"--max-model-len {base.max_model_len_fit}",
                         dataclasses.replace(req, max_model_len=base.max_model_len_fit)))
     util = base.settings.get("gpu_memory_utilization") or base.settings.get("mem_fraction_static") or base.settings.get(
-        "free_gpu_memory_fraction") or DEFAULT_UTILIZATION
+        "free_gpu_memory_fraction") or 0.9
     if float(util) < HIGH_UTILIZATION:
         options.append((f"--gpu-memory-utilization {HIGH_UTILIZATION}",
                         dataclasses.replace(req, gpu_memory_utilization=HIGH_UTILIZATION)))

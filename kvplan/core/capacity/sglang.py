@@ -27,6 +27,7 @@ from kvplan.core.capacity.common import (
     resolve_kv_dtype,
 )
 from kvplan.core.engines import get_engine
+from kvplan.core.profiles.sglang import default_fraction
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError
@@ -62,7 +63,9 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
 
 def fit_sglang(req: FitRequest) -> FitResult:
     spec, gpu = req.spec, req.gpu
-    frac = req.gpu_memory_utilization or default_mem_fraction_static(gpu.memory_bytes, req.tp, req.pp)
+    profile = req.engine_profile()
+    frac = req.gpu_memory_utilization or default_fraction(profile.rules, gpu.memory_bytes, req.tp, req.pp,
+                                                          default_mem_fraction_static)
     max_len = req.max_model_len or spec.max_model_len
     if max_len <= 0:
         raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
@@ -76,8 +79,11 @@ def fit_sglang(req: FitRequest) -> FitResult:
         spec, tokens=req.max_num_batched_tokens or prefill_defaults(gpu.memory_bytes, req.tp)[0],
         max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
         act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))
+    graph_bs = 0 if req.enforce_eager else prefill_defaults(gpu.memory_bytes, req.tp)[1]
+    # batch sizes 1, 2, 4, then every 8 up to cuda_graph_max_bs: kvplan's approximation of SGLang's capture list
+    num_graphs = len([b for b in (1, 2, 4, *range(8, graph_bs + 1, 8)) if b <= graph_bs])
     cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
-        spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp))
+        spec, num_graphs=num_graphs, tp=req.tp, pp=req.pp))
     free_before = gpu.memory_bytes - nt
 
     best = None
@@ -157,5 +163,6 @@ def fit_sglang(req: FitRequest) -> FitResult:
         num_blocks=tokens // page, kv_cache_tokens=tokens, max_concurrency=concurrency, max_model_len_fit=max_fit,
         fits=not reasons, reasons=tuple(reasons), estimated=tuple(sorted(estimated)),
         settings={"mem_fraction_static": frac, "page_size": page}, notes=tuple(notes),
+        engine_version=profile.version,
         params=weights.params if weights else 0,
     )

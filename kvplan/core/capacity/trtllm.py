@@ -25,12 +25,11 @@ from kvplan.core.engines import get_engine
 from kvplan.core.sizing import pp_stages, size_kv, slot_bytes_per_gpu
 from kvplan.errors import ConfigError
 
-DEFAULT_FREE_FRACTION = 0.9
 
 
 def fit_trtllm(req: FitRequest) -> FitResult:
     spec, gpu = req.spec, req.gpu
-    frac = req.gpu_memory_utilization or DEFAULT_FREE_FRACTION
+    frac = req.gpu_memory_utilization or req.engine_profile().rules.default_free_fraction
     max_len = req.max_model_len or spec.max_model_len
     if max_len <= 0:
         raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
@@ -80,5 +79,6 @@ def fit_trtllm(req: FitRequest) -> FitResult:
         num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=concurrency, max_model_len_fit=lo,
         fits=not reasons, reasons=tuple(reasons), estimated=tuple(sorted(estimated)),
         settings={"free_gpu_memory_fraction": frac, "tokens_per_block": eng.block_size}, notes=tuple(notes),
+        engine_version=req.engine_profile().version,
         params=weights.params if weights else 0,
     )

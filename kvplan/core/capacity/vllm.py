@@ -38,15 +38,14 @@ from kvplan.core.capacity.common import (
     model_weights,
     resolve_kv_dtype,
 )
-from kvplan.core.engines import VLLM_MLA_BLOCK_SIZE, get_engine
+from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
+from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, capture_sizes
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError
 
-DEFAULT_UTILIZATION = 0.92
-DEFAULT_BLOCK_SIZE = 16
-MLA_BLOCK_SIZE = VLLM_MLA_BLOCK_SIZE
+DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
 KERNEL_BLOCK_ALIGN = 16
 
 
@@ -91,8 +90,9 @@ class KVLayout:
         return self.group_size * self.page_bytes * self.blocks_per_request(max_model_len, max_num_batched_tokens)
 
 
-def kv_layout(layers: list[Layer], req: FitRequest, block_size: int) -> KVLayout:
-    """vLLM's grouping of one pipeline stage's layers into block-table groups."""
+def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: bool = True) -> KVLayout | None:
+    """vLLM's grouping of one pipeline stage's layers into block-table groups (None: no layer holds KV).
+    Without the hybrid manager every attention layer is sized as full attention."""
     eng = get_engine("vllm")
     dtype = resolve_kv_dtype(req.spec, req.kv_dtype)
     buckets: dict[tuple, list[Layer]] = {}
@@ -100,14 +100,14 @@ def kv_layout(layers: list[Layer], req: FitRequest, block_size: int) -> KVLayout
         if isinstance(layer, LinearLayer):
             key: tuple = (LayerKind.LINEAR, 0, eng.linear_state_bytes(layer, req.spec.dtype, req.tp)[0])
         elif isinstance(layer, (AttentionLayer, MLALayer)):
-            window = layer.window if isinstance(layer, AttentionLayer) else 0
-            key = (layer.kind if layer.kind is not LayerKind.MLA else LayerKind.FULL, window,
-                   eng.slot_bytes(layer, dtype, req.tp)[0])
+            window = layer.window if isinstance(layer, AttentionLayer) and hybrid else 0
+            kind = layer.kind if layer.kind is not LayerKind.MLA and hybrid else LayerKind.FULL
+            key = (kind, window, eng.slot_bytes(layer, dtype, req.tp)[0])
         else:
             continue
         buckets.setdefault(key, []).append(layer)
     if not buckets:
-        raise ConfigError(f"{req.spec.name}: no layer on this stage holds KV cache")
+        return None
     attn_tok = max((k[2] for k in buckets if k[0] is not LayerKind.LINEAR), default=0)
     linear_bytes = max((k[2] for k in buckets if k[0] is LayerKind.LINEAR), default=0)
     if linear_bytes and attn_tok:
@@ -150,22 +150,51 @@ def _max_len_fit(layout: KVLayout, kv_bytes: int, upper: int, mnbt: int) -> int:
     return lo
 
 
+def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int) -> int:
+    """Tokens a sliding/chunked layer must admit: max_num_batched_tokens until 0.26; then
+    max_concurrent_batches x max_num_batched_tokens, two batches with async scheduling at pp 1, else pp
+    (0.26.0: vllm/config/vllm.py)."""
+    if not rules.in_flight_admission:
+        return mnbt
+    return mnbt * (2 if rules.async_default and pp == 1 else pp)
+
+
+def _logged_tokens(rules: VLLMRules, blocks: int, layout: KVLayout, concurrency: float, max_len: int) -> tuple[int, str]:
+    """The startup log's "GPU KV cache size" in this release, and how it is computed."""
+    if rules.capacity_log == "concurrency_x_len":
+        return int(concurrency * max_len), "int(max concurrency x max_model_len)"
+    if rules.capacity_log == "blocks_per_group":
+        return blocks // layout.num_groups * layout.min_block_size, "num_blocks // layer groups x block_size"
+    if rules.capacity_log == "blocks_x_block":
+        return blocks * layout.min_block_size, "num_blocks x block_size"
+    return blocks * layout.min_block_size, "V0 logs '# GPU blocks' only: num_blocks x block_size"
+
+
 def fit_vllm(req: FitRequest) -> FitResult:
+    profile = req.engine_profile()
+    rules: VLLMRules = profile.rules
     spec, gpu = req.spec, req.gpu
-    big_gpu = gpu.memory_bytes >= 70 * GiB and not gpu.is_a100_class
-    util = req.gpu_memory_utilization or DEFAULT_UTILIZATION
+    util = req.gpu_memory_utilization or rules.default_utilization
     has_mla = any(isinstance(layer, MLALayer) for layer in spec.layers)
-    block_size = req.block_size or (MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
-    mnbt = req.max_num_batched_tokens or (8192 if big_gpu else 2048)
-    max_num_seqs = req.max_num_seqs or (1024 if big_gpu else 256)
+    block_size = req.block_size or (rules.mla_block_size if has_mla else DEFAULT_BLOCK_SIZE)
     max_len = req.max_model_len or spec.max_model_len
     if max_len <= 0:
         raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
+    default_mnbt, default_seqs = batch_defaults(rules, gpu, max_len)
+    mnbt = req.max_num_batched_tokens or default_mnbt
+    max_num_seqs = req.max_num_seqs or default_seqs
+    in_flight = _in_flight_tokens(rules, mnbt, req.pp)
+    hybrid = rules.hybrid_manager and not req.disable_hybrid_kv_cache_manager
     weights, notes = model_weights(req)
     estimated: set[str] = set()
     stages = pp_stages(spec.num_layers, req.pp)
     act_bytes = resolve_kv_dtype(spec, "auto").vector_bytes(1)
     requested = math.ceil(gpu.memory_bytes * util)
+    graphs = [] if req.enforce_eager else capture_sizes(rules, max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt)
+    subtract_graphs = rules.cuda_graphs == "subtracted"
+    if req.kv_cache_memory_bytes is not None and not rules.kv_cache_memory_bytes:
+        notes.append(f"vLLM {profile.version} has no --kv-cache-memory-bytes (from 0.10.2): the figure is used as "
+                     "the KV memory to plan with")
 
     per_stage = []
     for s, layer_range in enumerate(stages):
@@ -173,31 +202,57 @@ def fit_vllm(req: FitRequest) -> FitResult:
         w = req.weights_memory if req.weights_memory is not None else weights.per_stage_bytes[s]  # type: ignore[union-attr]
         a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
             spec, tokens=mnbt, max_num_seqs=max_num_seqs, tp=req.tp, act_bytes=act_bytes, last_stage=last,
-            sampler_run=not req.legacy_v0))
+            sampler_run=rules.v1))
         nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated,
                                lambda: estimates.non_torch_bytes(req.tp, req.pp))
         cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
-            spec, enforce_eager=req.enforce_eager, tp=req.tp, pp=req.pp, v1=not req.legacy_v0))
+            spec, num_graphs=len(graphs), tp=req.tp, pp=req.pp, v1=rules.v1))
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
         else:
-            kv = requested - w - a - nt - (cg if req.cuda_graphs_in_budget else 0)
-        layout = kv_layout([spec.layers[i] for i in layer_range], req, block_size)
+            kv = requested - w - a - nt - (cg if subtract_graphs else 0)
+        layout = kv_layout([spec.layers[i] for i in layer_range], req, block_size, hybrid=hybrid)
+        if layout is None:
+            per_stage.append((1, kv, None, w, a, nt, cg))
+            continue
         blocks = max(0, kv) // layout.page_bytes // layout.group_size
         per_stage.append((blocks, kv, layout, w, a, nt, cg))
 
     blocks, kv, layout, w, a, nt, cg = min(per_stage, key=lambda t: (t[0], t[1]))
-    per_req_blocks = layout.blocks_per_request(max_len, mnbt)
+    if all(stage[2] is None for stage in per_stage):
+        return _attention_free(req, profile, util, max_len, max_num_seqs, w, a, nt, cg, requested, estimated, notes,
+                               weights)
+    layout = layout or next(stage[2] for stage in per_stage if stage[2] is not None)
+    if req.num_gpu_blocks_override:
+        blocks = req.num_gpu_blocks_override
+    usable = max(0, blocks - 1) if rules.v1 else blocks  # V1's block pool keeps block 0 as the null block
+
+    def planning_bytes(stage: tuple) -> int:
+        """What the fit check and the max-model-len search compare with: the KV memory (or the override's
+        blocks from 0.20.1), less one block for the null block from 0.29."""
+        lay = stage[2]
+        if lay is None:
+            return stage[1]
+        avail = stage[1]
+        if req.num_gpu_blocks_override and rules.override_in_fit:
+            avail = req.num_gpu_blocks_override * lay.page_bytes * lay.group_size
+        if rules.null_block_in_fit:
+            avail -= lay.page_bytes * lay.group_size
+        return avail
+
+    per_req_blocks = layout.blocks_per_request(max_len, in_flight)
     concurrency = blocks / per_req_blocks if per_req_blocks else 0.0
-    max_fit = min(_max_len_fit(stage[2], stage[1], max(spec.max_model_len, max_len), mnbt) for stage in per_stage)
+    max_fit = min(_max_len_fit(st[2], planning_bytes(st), max_len, in_flight) for st in per_stage if st[2] is not None)
     reasons = []
     if kv <= 0:
+        graphs_txt = f" + CUDA graphs {cg / GiB:.2f} GiB" if subtract_graphs else ""
         reasons.append(f"no memory left for the KV cache: weights {w / GiB:.2f} GiB + activation {a / GiB:.2f} GiB + "
-                       f"non-torch {nt / GiB:.2f} GiB + CUDA graphs {cg / GiB:.2f} GiB exceed "
+                       f"non-torch {nt / GiB:.2f} GiB{graphs_txt} exceed "
                        f"{util} x {gpu.memory_bytes / GiB:.2f} GiB = {requested / GiB:.2f} GiB "
                        f"(short by {-kv / GiB:.2f} GiB)")
     else:
-        short = [(st[2].bytes_needed(max_len, mnbt), st[1]) for st in per_stage if st[2].bytes_needed(max_len, mnbt) > st[1]]
+        short = [(st[2].bytes_needed(max_len, in_flight), planning_bytes(st)) for st in per_stage
+                 if st[2] is not None and st[2].bytes_needed(max_len, in_flight) > planning_bytes(st)]
         if short:
             needed, avail = short[0]
             reasons.append(f"one request of max_model_len {max_len:,} needs {needed / GiB:.2f} GiB of KV cache, "
@@ -207,12 +262,22 @@ def fit_vllm(req: FitRequest) -> FitResult:
                        f"{req.concurrency / max(concurrency, 1e-9):.2f}x the KV cache; {concurrency:.2f} fit")
     kv_shown = max(0, kv)
     if req.kv_cache_memory_bytes is None:
-        unused = gpu.memory_bytes - requested - (0 if req.cuda_graphs_in_budget else cg)
+        unused = gpu.memory_bytes - requested - (0 if subtract_graphs else cg)
     else:
         unused = max(0, gpu.memory_bytes - w - a - nt - cg - kv_shown)
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
+    if not hybrid and any(isinstance(x, AttentionLayer) and x.kind is not LayerKind.FULL for x in spec.layers):
+        notes.append("sliding-window layers are sized as full attention: " + (
+            "--disable-hybrid-kv-cache-manager" if rules.hybrid_manager else
+            f"vLLM {profile.version} has no hybrid KV cache manager (from 0.9.1)"))
+    if graphs and rules.cuda_graphs != "subtracted":
+        notes.append(f"CUDA graphs ({len(graphs)} batch sizes, {cg / GiB:.2f} GiB) are captured after the KV cache "
+                     + ("is allocated, from the 1 - utilization slack" if rules.cuda_graphs == "after_kv" else
+                        "is sized: estimated and logged, not subtracted unless VLLM_MEMORY_PROFILER_ESTIMATE_"
+                        "CUDAGRAPHS=1"))
+    logged, rule = _logged_tokens(rules, blocks, layout, concurrency, max_len)
     return FitResult(
         engine="vllm", gpu=gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(spec, req.kv_dtype).name,
         weight_dtype=weights.format if weights else "given", max_model_len=max_len,
@@ -222,6 +287,25 @@ def fit_vllm(req: FitRequest) -> FitResult:
         max_concurrency=concurrency, max_model_len_fit=max_fit, fits=not reasons, reasons=tuple(reasons),
         estimated=tuple(sorted(estimated)),
         settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size, "max_num_batched_tokens": mnbt,
-                  "max_num_seqs": max_num_seqs},
-        notes=tuple(notes), params=weights.params if weights else 0,
+                  "max_num_seqs": max_num_seqs, "cuda_graph_sizes": len(graphs)},
+        notes=tuple(notes), params=weights.params if weights else 0, engine_version=profile.version,
+        usable_blocks=usable, logged_kv_cache_tokens=logged, logged_capacity_rule=rule,
+    )
+
+
+def _attention_free(req: FitRequest, profile, util: float, max_len: int, max_num_seqs: int, w: int, a: int, nt: int,
+                    cg: int, requested: int, estimated: set[str], notes: list[str], weights) -> FitResult:
+    """A model with no KV layers: vLLM allocates one (null) block and checks no KV memory."""
+    notes.append("no layer holds a KV cache: vLLM allocates one null block and requests are bounded by "
+                 "max_num_seqs")
+    return FitResult(
+        engine="vllm", gpu=req.gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(req.spec, req.kv_dtype).name,
+        weight_dtype=weights.format if weights else "given", max_model_len=max_len,
+        breakdown=Breakdown(weights=w, activation=a, non_torch=nt, cuda_graph=cg, kv_cache=0,
+                            unused=req.gpu.memory_bytes - requested),
+        kv_cache_memory_bytes=0, block_size=req.block_size or DEFAULT_BLOCK_SIZE, page_size_bytes=0, num_blocks=1,
+        kv_cache_tokens=0, max_concurrency=float(max_num_seqs), max_model_len_fit=max_len, fits=True, reasons=(),
+        estimated=tuple(sorted(estimated)), settings={"gpu_memory_utilization": util, "max_num_seqs": max_num_seqs},
+        notes=tuple(notes), params=weights.params if weights else 0, engine_version=profile.version,
+        usable_blocks=0, logged_kv_cache_tokens=0, logged_capacity_rule="no KV cache",
     )

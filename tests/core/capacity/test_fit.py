@@ -11,6 +11,7 @@ from kvplan.core.capacity.fit import fit, what_if
 from kvplan.core.capacity.sglang import default_mem_fraction_static
 from kvplan.core.capacity.vllm import kv_layout
 from kvplan.core.gpus import GPUSpec
+from kvplan.core.profiles import parse_engine
 from kvplan.core.spec import LayerKind
 from kvplan.errors import InputError
 from kvplan.io.models import load_model
@@ -49,11 +50,19 @@ def test_kv_cache_memory_bytes_skips_the_budget():
     assert set(r.estimated) == {"activation", "non_torch", "cuda_graph"}  # the breakdown still shows estimates
 
 
+def vllm(version: str):
+    return parse_engine(f"vllm=={version}").profile
+
+
 def test_vllm_max_model_len_estimate_is_the_largest_that_fits():
-    r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB, max_model_len=8192))
-    # 1 GiB / 128 KiB per token = 8192 tokens exactly: 512 blocks of 16
-    assert r.num_blocks == 512 and r.fits and r.max_model_len_fit == 8192
-    r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB // 2, max_model_len=8192))
+    # 1 GiB / 128 KiB per token = 8192 tokens exactly: 512 blocks of 16, the null block among them
+    r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB, max_model_len=8192, profile=vllm("0.28.0")))
+    assert r.num_blocks == 512 and r.usable_blocks == 511 and r.fits and r.max_model_len_fit == 8192
+    # from 0.29 the fit check leaves one block for the null block: the exact fit is refused, 16 tokens fewer fit
+    r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB, max_model_len=8192, profile=vllm("0.29.0")))
+    assert r.num_blocks == 512 and not r.fits and r.max_model_len_fit == 8192 - 16
+    r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB // 2, max_model_len=8192,
+                  profile=vllm("0.28.0")))
     assert not r.fits and r.max_model_len_fit == 4096
     assert "the longest that fits is 4,096" in r.reasons[0]
 

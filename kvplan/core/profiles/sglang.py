@@ -1,0 +1,88 @@
+"""SGLang's memory rules, release by release: the default ``mem_fraction_static``.
+
+The token budget itself is the same in every release read (0.4.0 to 0.5.10): rest = free memory after
+loading weights - free memory before x (1 - mem_fraction_static), so the fraction applies to the memory
+free at start, not the card's total (0.4.0: python/sglang/srt/model_executor/model_runner.py::
+profile_max_num_token; 0.5.10: model_runner_kv_cache_mixin.py). Releases after 0.5.10 ship wheels only;
+their rules are assumed unchanged. docs/engine-versions-research.md section 9 has each rule's lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.profiles import EngineProfile, chain
+
+MiB = 1 << 20
+GiB_MIB = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangRules:
+    # how the default mem_fraction_static is chosen: by_tp (0.4.0), by_tp_large (0.4.6), v047 (0.4.7),
+    # by_class (0.4.8), reserve (0.5.3)
+    default_fraction: str
+
+
+CHECKED_THROUGH = "0.5.10"
+
+
+def _profiles() -> tuple[EngineProfile, ...]:
+    src = "python/sglang/srt/server_args.py"
+    return chain("sglang", "SGLang", [
+        ("0.4.0", SGLangRules(default_fraction="by_tp"),
+         (f"mem_fraction_static by tp: >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87, else 0.88 (0.4.0: {src})",)),
+        ("0.4.6", SGLangRules(default_fraction="by_tp_large"),
+         (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",)),
+        ("0.4.7", SGLangRules(default_fraction="v047"),
+         (f"by tp x pp up to 80 GiB, else 0.88; above 180,000 MiB 0.79; above 96 GiB a 48 GiB-based rule "
+          f"(0.4.7: {src})",)),
+        ("0.4.8", SGLangRules(default_fraction="by_class"),
+         (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp (0.4.8: {src})",)),
+        ("0.5.3", SGLangRules(default_fraction="reserve"),
+         (f"reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x "
+          f"1024, at least 10 GiB above 60 GiB (0.5.3: {src}::_handle_gpu_memory_settings); read through "
+          f"{CHECKED_THROUGH}",)),
+    ])
+
+
+SGLANG_PROFILES = _profiles()
+
+
+def _by_tp(tp: int) -> float:
+    for at_least, fraction in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+        if tp >= at_least:
+            return fraction
+    return 0.88
+
+
+def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int,
+                     reserve_rule: "callable") -> float:  # type: ignore[valid-type]
+    """The default mem_fraction_static of this release for a GPU of ``memory_bytes`` (total, as
+    ``get_device_memory_capacity`` reports it)."""
+    mem_mib = memory_bytes / MiB
+    if rules.default_fraction == "by_tp":
+        return _by_tp(tp)
+    if rules.default_fraction == "by_tp_large":
+        return _by_tp(tp) if mem_mib <= 81920 else round((mem_mib - 13 * GiB_MIB) / mem_mib, 3)
+    if rules.default_fraction == "v047":
+        if mem_mib <= 81920:
+            return _by_tp(tp * pp)
+        if mem_mib > 180_000:
+            return 0.79
+        if mem_mib > 96 * GiB_MIB:
+            f = 0.88
+            return min(f + 48 * GiB_MIB * (1 - f) / mem_mib, (mem_mib - 18 * GiB_MIB) / mem_mib)
+        return 0.88
+    if rules.default_fraction == "by_class":
+        size = tp * pp
+        if mem_mib < 35 * GiB_MIB:
+            reserved = (2.8 + size / 10) * GiB_MIB
+        elif mem_mib < 90 * GiB_MIB:
+            reserved = (9.5 + size / 2) * GiB_MIB
+        elif mem_mib < 160 * GiB_MIB:
+            reserved = (12 + size / 2) * GiB_MIB
+        else:
+            reserved = 32 * GiB_MIB
+        return round((mem_mib - reserved) / mem_mib, 3)
+    return reserve_rule(memory_bytes, tp, pp)

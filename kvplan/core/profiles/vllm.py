@@ -1,0 +1,216 @@
+"""vLLM's memory rules, release by release.
+
+Every change point was found by reading the released sdists from PyPI (0.6.2 to 0.33.0, every release;
+0.15.x has none); docs/engine-versions-research.md has each rule with its file, function and line.
+Each profile below is the previous one with what changed replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kvplan.core.gpus import GPUSpec
+from kvplan.core.profiles import EngineProfile, chain
+from kvplan.core.units import GiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMRules:
+    v1: bool  # the release's default engine is V1
+    # What the KV budget charges (docs/engine-versions-research.md section 1):
+    #   free_delta: total x util - (free at start - free after the profile run)        (<= 0.6.3)
+    #   device_used: total x util - (torch peak + device used - torch allocated)       (0.6.4; V1 0.8-0.9.0)
+    #   components: total x util - (weights + activation peak + non-torch increase)    (0.6.5 V0; V1 0.9.1-0.26)
+    #   consumed: total x util - (free at start - free after + torch peak - allocated) (0.27+)
+    # From model, GPU and settings alone they come to the same sum; they differ in what else they charge
+    # (other processes' memory: device_used) and in what the startup log prints.
+    budget: str
+    default_utilization: float
+    # CUDA graphs: "after_kv" (captured after the KV cache is allocated, out of the 1 - utilization
+    # slack), "estimated_not_subtracted" (estimated and logged, subtracted only with
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), "subtracted" (by default).
+    cuda_graphs: str
+    kv_cache_memory_bytes: bool  # --kv-cache-memory-bytes exists
+    null_block_in_fit: bool  # the fit check and max-model-len search leave one block for the null block
+    # "GPU KV cache size: N tokens": "num_blocks" (V0 logs '# GPU blocks' only), "blocks_x_block"
+    # (num_blocks x block_size), "blocks_per_group" (num_blocks // groups x block_size),
+    # "concurrency_x_len" (int(max concurrency x max_model_len)).
+    capacity_log: str
+    in_flight_admission: bool  # sliding/chunked layers admit max_in_flight_tokens, not one batch
+    async_default: bool  # async scheduling on by default (2 batches in flight)
+    capture: str  # which CUDA-graph batch sizes are captured: v0, v1_512, v1_2x_seqs, v1_2x_seqs_step16
+    batch_defaults: str  # default max_num_batched_tokens / max_num_seqs table (batch_defaults below)
+    mla_block_size: int  # the KV block size forced for MLA models
+    estimate_capped: bool  # the max-model-len estimate searches only up to the configured max_model_len
+    override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
+    hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
+
+
+_OLDEST = VLLMRules(
+    v1=False, budget="free_delta", default_utilization=0.9, cuda_graphs="after_kv", kv_cache_memory_bytes=False,
+    null_block_in_fit=False, capacity_log="num_blocks", in_flight_admission=False, async_default=False,
+    capture="v0", batch_defaults="v0", mla_block_size=16, estimate_capped=False, override_in_fit=False,
+    hybrid_manager=False,
+)
+
+
+def _profiles() -> tuple[EngineProfile, ...]:
+    entries = []
+    rules = _OLDEST
+
+    def at(version: str, changes: tuple[str, ...], **changed: object) -> None:
+        nonlocal rules
+        rules = dataclasses.replace(rules, **changed)
+        entries.append((version, rules, changes))
+
+    at("0.6.2", (
+        "the V0 engine; KV = total x util - (free at start - free after the profile run) "
+        "(0.6.3: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
+        "CUDA graphs are captured after the KV cache is allocated, out of the 1 - utilization slack",
+        "logs '# GPU blocks: N' only; max_num_seqs 256, max_num_batched_tokens max(max_model_len, 2048)",
+    ))
+    at("0.6.4", ("the peak counts device-wide used memory, so other processes' memory is charged "
+                 "(0.6.4: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
+                 "logs one 'Memory profiling results: ...' line"), budget="device_used")
+    at("0.6.5", ("KV = total x util - (weights + activation peak increase + non-torch increase) "
+                 "(0.6.5: vllm/worker/worker.py with vllm/utils.py::memory_profiling)",
+                 "logs 'model weights take ...; non_torch_memory takes ...; PyTorch activation peak memory takes "
+                 "...'"), budget="components")
+    at("0.8.0", ("the V1 engine is the default (vllm/envs.py VLLM_USE_V1 '1'); its budget charges device-wide "
+                 "used memory again (0.8.0: vllm/v1/worker/gpu_worker.py::Worker.determine_available_memory)",
+                 "logs 'GPU KV cache size: num_blocks x block_size tokens' and 'Maximum concurrency'",
+                 "captures batch sizes 1, 2, 4, 8..512 step 8 up to max_num_batched_tokens (vllm/config.py)",
+                 "max_num_seqs 1024 on every GPU; max_num_batched_tokens 8192 on H100/H200, else 2048 "
+                 "(0.8.0: vllm/engine/arg_utils.py)"),
+       v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0")
+    at("0.8.4", ("max_num_seqs 1024 on H100/H200 only, else 256 (0.8.4: vllm/engine/arg_utils.py)",),
+       batch_defaults="v1_0.8.4")
+    at("0.8.5", ("the large batch defaults go by device memory (>= 70 GiB), not the GPU's name "
+                 "(0.8.5: vllm/engine/arg_utils.py)",), batch_defaults="v1_0.8.5")
+    at("0.9.0", ("MLA models use 64-token blocks (FlashMLA; 0.9.0: vllm/platforms/cuda.py)",
+                 "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
+                 "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
+                 "A100s no longer get the large batch defaults"),
+       mla_block_size=64, estimate_capped=True, batch_defaults="v1_0.9")
+    at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
+                 "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
+                 "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "
+                 "(--disable-hybrid-kv-cache-manager turns it off)",
+                 "maximum concurrency counts every layer group's blocks "
+                 "(0.9.1: kv_cache_utils.py::get_max_concurrency_for_kv_cache_config)"),
+       budget="components", hybrid_manager=True)
+    at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
+                  "(0.10.0: vllm/config.py::SchedulerConfig.__post_init__)",), capture="v1_2x_seqs")
+    at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
+       kv_cache_memory_bytes=True)
+    at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
+                  "(0.11.0: vllm/v1/core/kv_cache_utils.py)",), capacity_log="blocks_per_group")
+    at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",),
+       capture="v1_2x_seqs_step16")
+    at("0.14.0", ("async scheduling on by default: two batches in flight "
+                  "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",), async_default=True)
+    at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
+                  "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
+                  "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",),
+       cuda_graphs="estimated_not_subtracted")
+    at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
+                  "'default since v0.21.0')",
+                  "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)"),
+       cuda_graphs="subtracted", default_utilization=0.92)
+    at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
+                  "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
+                  "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),
+       capacity_log="concurrency_x_len", override_in_fit=True)
+    at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
+                  "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
+                  "max_admission_blocks_per_request)",), in_flight_admission=True)
+    at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
+                  "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",), budget="consumed")
+    at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
+                  "(0.28.0: vllm/engine/arg_utils.py)",), batch_defaults="v1_0.28")
+    at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
+                  "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",),
+       null_block_in_fit=True)
+    return chain("vllm", "vLLM", entries)
+
+
+VLLM_PROFILES = _profiles()
+
+
+def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the OpenAI server uses when not given
+    (vllm/engine/arg_utils.py, release by release; docs/engine-versions-research.md section 2b)."""
+    name = gpu.name.lower()
+    big = gpu.memory_bytes >= 70 * GiB
+    if rules.batch_defaults == "v0":
+        return max(max_model_len, V0_MIN_BATCHED_TOKENS), 256
+    if rules.batch_defaults in ("v1_0.8.0", "v1_0.8.4"):
+        hopper = "h100" in name or "h200" in name
+        seqs = 1024 if rules.batch_defaults == "v1_0.8.0" or hopper else 256
+        return (8192 if hopper else 2048), seqs
+    if rules.batch_defaults == "v1_0.8.5":
+        return (8192, 1024) if big else (2048, 256)
+    large = big and not gpu.is_a100_class
+    if rules.batch_defaults == "v1_0.28" and gpu.memory_bytes >= 160 * GiB:
+        return 16384, 1024
+    return (8192, 1024) if large else (2048, 256)
+
+
+# V0's SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048)
+# (0.6.6: vllm/config.py::SchedulerConfig.__post_init__).
+V0_MIN_BATCHED_TOKENS = 2048
+
+
+def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """The batch sizes vLLM captures CUDA graphs for (docs/engine-versions-research.md section 2a)."""
+    if rules.capture == "v0":
+        candidates = [1, 2, 4] + [8 * i for i in range(1, 1025)]
+        top = next(c for c in candidates if c >= max_num_seqs) if max_num_seqs <= candidates[-1] else candidates[-1]
+        return [c for c in candidates if c <= top]
+    if rules.capture == "v1_512":
+        cap = 512
+    else:
+        cap = min(2 * max_num_seqs, 512)
+    if rules.capture == "v1_2x_seqs_step16":
+        cap = min(cap, max_num_batched_tokens)
+        return [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)] if s <= cap]
+    return [s for s in [1, 2, 4, *range(8, cap + 1, 8)] if s <= max_num_batched_tokens]
+
+
+def newest() -> EngineProfile:
+    return VLLM_PROFILES[-1]
+
+
+def v0_variant(profile: EngineProfile) -> EngineProfile:
+    """The V0 engine inside a release whose default is V1 (0.8-0.10.2 with VLLM_USE_V1=0, or a platform V1
+    did not support): V0's budget, graphs, log and defaults."""
+    if not profile.rules.v1:
+        return profile
+    rules = dataclasses.replace(profile.rules, v1=False, budget="components", cuda_graphs="after_kv",
+                                capacity_log="num_blocks", capture="v0", batch_defaults="v0", hybrid_manager=False,
+                                async_default=False, in_flight_admission=False)
+    return dataclasses.replace(profile, rules=rules, display="vLLM (V0 engine)",
+                               changes=(*profile.changes, "the V0 engine: V0's budget, CUDA graphs and log"))
+
+
+def for_log(version: str | None, generation: str | None) -> tuple[EngineProfile, str | None]:
+    """The profile of the release a startup log names, and a note when it had to be assumed."""
+    from kvplan.core.profiles import Version
+
+    note = None
+    if version:
+        v = Version.parse(version)
+        if v < VLLM_PROFILES[0].since:
+            profile = VLLM_PROFILES[0]
+            note = f"vLLM {version} is older than kvplan's oldest profile: the {profile.version} rules are used"
+        else:
+            profile = next(p for p in VLLM_PROFILES if p.covers(v))
+    else:
+        # No version line: the log's own format tells V0 from V1; within V1 the newest rules are assumed.
+        profile = VLLM_PROFILES[-1] if generation != "V0" else next(p for p in VLLM_PROFILES if p.version == "0.6.5")
+        note = (f"the log prints no vLLM version: the {profile.version} profile ({'V0' if generation == 'V0' else 'V1'} "
+                "format) is assumed; pass --engine vllm==X.Y.Z to say which release ran")
+    if generation == "V0":
+        profile = v0_variant(profile)
+    return profile, note

@@ -28,11 +28,15 @@ def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
 def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, Any]:
     return {
         "model": model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
+        "engine_version": r.engine_version,
         "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp, "kv_cache_dtype": r.kv_dtype,
         "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
         "kv_cache_memory_bytes": r.kv_cache_memory_bytes, "block_size": r.block_size,
-        "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "kv_cache_tokens": r.kv_cache_tokens,
+        "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "usable_blocks": r.usable_blocks,
+        "kv_cache_tokens": r.kv_cache_tokens, "logged_kv_cache_tokens": r.logged_kv_cache_tokens,
+        "logged_capacity_rule": r.logged_capacity_rule,
         "max_concurrency": round(r.max_concurrency, 4), "max_model_len_fit": r.max_model_len_fit, "fits": r.fits,
+        "borderline": r.borderline, "borderline_why": r.borderline_why or None,
         "reasons": list(r.reasons), "breakdown": r.breakdown.as_dict(), "estimated": list(r.estimated),
         "settings": r.settings, "params": r.params, "notes": list(r.notes),
         "what_if": [
@@ -65,7 +69,9 @@ def fit_cmd(
                                                                    "or give --gpu-memory."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Memory of one GPU as the driver reports "
                                                                         "it, e.g. 24GiB (overrides the catalog's)."),
-    engine: str = typer.Option("vllm", "--engine", "-e", help="Whose budget: vllm (default), sglang, trtllm."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Whose budget: vllm (default), sglang, trtllm, "
+                                                              "optionally pinned to a release: vllm==0.11.0 (no "
+                                                              "version: the newest rules; see `kvplan engines`)."),
     utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization",
         help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction "
@@ -111,14 +117,16 @@ def fit_cmd(
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     from kvplan.core.capacity.common import FitRequest
-    from kvplan.core.capacity.fit import fit, what_if
+    from kvplan.core.capacity.fit import FITTERS, fit, what_if, with_borderline
+    from kvplan.core.profiles import parse_engine
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
 
+    choice = parse_engine(engine, allowed=tuple(FITTERS))
     gpu_spec = get_gpu(gpu, memory=gpu_memory)
     spec = load_model(model)
     req = FitRequest(
-        spec=spec, gpu=gpu_spec, engine=engine, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
+        spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
         gpu_memory_utilization=utilization, max_model_len=max_model_len, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         kv_cache_memory_bytes=_size_opt(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
@@ -128,8 +136,9 @@ def fit_cmd(
         cuda_graph_memory=_size_opt(cuda_graph_memory, "--cuda-graph-memory"),
         enforce_eager=enforce_eager, concurrency=concurrency,
     )
-    result = fit(req)
-    result = dataclasses.replace(result, notes=(*spec.notes, *result.notes))  # the config's resolutions first
+    result = with_borderline(req, fit(req))
+    head = (choice.note,) if choice.note else ()
+    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
     alternatives = what_if(req, result) if not result.fits else []
     if as_json:
         print_json(fit_json(spec.name, result, alternatives))
@@ -142,7 +151,8 @@ def fit_cmd(
 def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
-                  f"engine [cyan]{r.engine}[/], tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, weights {r.weight_dtype}")
+                  f"engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
+                  f"weights {r.weight_dtype}")
     console.print(f"[dim]{settings}; max_model_len {r.max_model_len}[/]")
     for note in r.notes:
         console.print(f"[yellow]note:[/] {note}")
@@ -157,10 +167,18 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     summary = summary_table()
     summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
     summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
+    if r.usable_blocks != r.num_blocks and r.engine == "vllm":
+        summary.add_row("usable blocks (less the null block)", f"{r.usable_blocks:,}")
     summary.add_row("KV cache tokens", f"{r.kv_cache_tokens:,}")
+    if r.logged_kv_cache_tokens and r.logged_kv_cache_tokens != r.kv_cache_tokens:
+        summary.add_row("GPU KV cache size as logged", f"{r.logged_kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
     summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit}")
     print_table(console, summary)
+    if r.logged_capacity_rule:
+        console.print(f"[dim]the log's 'GPU KV cache size' in this release: {r.logged_capacity_rule}[/]")
+    if r.borderline:
+        console.print(f"[bold yellow]borderline[/]: {r.borderline_why}")
     if r.fits:
         console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
         return

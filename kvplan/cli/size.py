@@ -13,6 +13,7 @@ from kvplan.cli.app import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
+from kvplan.core.profiles import parse_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
 from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
@@ -20,8 +21,9 @@ from kvplan.io.models import bundled_index, load_bundled, load_model
 
 console = make_console()
 
-ENGINE_HELP = (f"Whose allocation rules: {', '.join(ENGINES)} (default ideal: exactly the token states; "
-               "see docs/engines.md).")
+ENGINE_HELP = (f"Whose allocation rules: {', '.join(ENGINES)}, optionally pinned to a release, e.g. "
+               "vllm==0.11.0 (default ideal: exactly the token states; no version: the newest rules; "
+               "`kvplan engines` lists the releases).")
 DTYPE_HELP = ("KV cache dtype: auto (default: the model's torch_dtype), fp32, bf16, fp16, fp8 (= fp8_e4m3), "
               "fp8_e5m2, int8, int4, nvfp4; an engine refuses formats it has no option for.")
 BLOCK_HELP = ("Tokens per KV block (default: the engine's: vllm 16, 64 for MLA models; trtllm 32; sglang 1). "
@@ -114,21 +116,24 @@ def size(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
-    get_engine(engine, block_size=block_size)  # reject a bad engine or block size before loading anything
+    choice = parse_engine(engine)
+    get_engine(choice.name, block_size=block_size)  # reject a bad engine or block size before loading anything
     if kv_cache_dtype != "auto":
         get_dtype(kv_cache_dtype)
     spec = load_model(model)
-    eng, engine_note = engine_for(spec, engine, block_size=block_size)
+    eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
-    extra = [n for n in (engine_note, None if eng.strict_tp else uneven_tp_note(spec, tp)) if n]
+    extra = [n for n in (choice.note, engine_note, None if eng.strict_tp else uneven_tp_note(spec, tp)) if n]
     if as_json:
         out = size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal)
+        out["engine_version"] = choice.version
         out["notes"].extend(extra)
         print_json(out)
         return
-    _render_size(spec, result, eng.describe_rules(), defaulted, ideal)
+    rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")
+    _render_size(spec, result, rules, defaulted, ideal)
     for note in extra:
         console.print(f"[yellow]note:[/] {note}")
 

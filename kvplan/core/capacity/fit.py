@@ -38,6 +38,28 @@ def fit(req: FitRequest) -> FitResult:
     return result
 
 
+def with_borderline(req: FitRequest, result: FitResult) -> FitResult:
+    """Mark the verdict borderline when the estimates' error bands could flip it (kvplan.core.capacity.margins)."""
+    from kvplan.core.capacity import margins
+
+    flips = []
+    for direction in (-1, 1):
+        alt = margins.shifted(req, result, direction)
+        if alt is None:
+            return result
+        try:
+            flips.append(fit(alt).fits != result.fits)
+        except KvplanError:
+            flips.append(False)
+    if not any(flips):
+        return result
+    settle = " ".join(margins.FLAGS[name] for name in result.estimated if name in margins.FLAGS)
+    why = (f"{'fits' if result.fits else 'does not fit'} only while the estimated "
+           f"{', '.join(n.replace('_', '-') for n in result.estimated)} memory is within its error band; "
+           f"settle it with measured figures: {settle} (from a startup log: `kvplan explain LOG`)")
+    return dataclasses.replace(result, borderline=True, borderline_why=why)
+
+
 @dataclass(frozen=True, kw_only=True)
 class WhatIf:
     change: str
@@ -57,6 +79,17 @@ def _tp_allowed(req: FitRequest, tp: int) -> bool:
     return True
 
 
+def _with_tp(req: FitRequest, tp: int) -> FitRequest:
+    """``req`` at another tensor-parallel size; measured per-GPU weights are rescaled with it (they were
+    measured at req.tp: each GPU then holds req.tp / tp of them), and a measured KV memory is dropped."""
+    changes: dict = {"tp": tp}
+    if req.weights_memory is not None:
+        changes["weights_memory"] = req.weights_memory * req.tp // tp
+    if req.kv_cache_memory_bytes is not None:
+        changes["kv_cache_memory_bytes"] = None
+    return dataclasses.replace(req, **changes)
+
+
 def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
     """Alternatives a user can try, each fitted with the same rules."""
     options: list[tuple[str, FitRequest]] = []
@@ -64,13 +97,16 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
         if tp <= MAX_TP_IN_NODE and _tp_allowed(req, tp):
-            options.append((f"--tensor-parallel-size {tp}", dataclasses.replace(req, tp=tp)))
+            label = f"--tensor-parallel-size {tp}" + (" (measured weights scaled)" if req.weights_memory else "")
+            options.append((label, _with_tp(req, tp)))
     if 0 < base.max_model_len_fit < base.max_model_len:
         options.append((f"--max-model-len {base.max_model_len_fit}",
                         dataclasses.replace(req, max_model_len=base.max_model_len_fit)))
-    util = base.settings.get("gpu_memory_utilization") or base.settings.get("mem_fraction_static") or base.settings.get(
-        "free_gpu_memory_fraction") or 0.9
-    if float(util) < HIGH_UTILIZATION:
+    if base.breakdown.cuda_graph and not req.enforce_eager and _graphs_in_budget(req):
+        options.append(("--enforce-eager", dataclasses.replace(req, enforce_eager=True, cuda_graph_memory=None)))
+    util = next((v for k, v in base.settings.items()
+                 if k in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction")), None)
+    if util is not None and float(util) < HIGH_UTILIZATION:
         options.append((f"--gpu-memory-utilization {HIGH_UTILIZATION}",
                         dataclasses.replace(req, gpu_memory_utilization=HIGH_UTILIZATION)))
     if req.weights_memory is None and req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
@@ -82,3 +118,9 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         except KvplanError as exc:
             out.append(WhatIf(change=label, result=None, error=str(exc)))
     return out
+
+
+def _graphs_in_budget(req: FitRequest) -> bool:
+    """Whether CUDA-graph memory comes out of the KV budget: vLLM from 0.20 (before, graphs are captured
+    from the slack after the KV cache is sized and --enforce-eager frees nothing for it)."""
+    return req.engine == "vllm" and req.engine_profile().rules.cuda_graphs == "subtracted"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from kvplan.core.engines.base import Engine
 from kvplan.core.engines.hf import HFEngine
@@ -24,8 +25,9 @@ ENGINES: dict[str, type[Engine]] = {
 MAX_BLOCK_SIZE = 1 << 16
 
 
-def get_engine(name: str, *, block_size: int | None = None) -> Engine:
-    """The engine named ``name``, with its default block size unless ``block_size`` is given."""
+def get_engine(name: str, *, block_size: int | None = None, profile: Any = None) -> Engine:
+    """The engine named ``name`` (a bare name: see kvplan.core.profiles.parse_engine for NAME==VERSION),
+    with its default block size unless ``block_size`` is given, under ``profile``'s rules."""
     try:
         cls = ENGINES[name.lower()]
     except KeyError:
@@ -41,20 +43,30 @@ def get_engine(name: str, *, block_size: int | None = None) -> Engine:
             raise InputError(f"{name} has no block size {block_size}; use one of "
                              f"{', '.join(map(str, engine.block_sizes))}")
         engine = dataclasses.replace(engine, block_size=block_size)
+    rules = getattr(profile, "rules", None)
+    if name == "vllm" and rules is not None and not rules.hybrid_manager:
+        engine = dataclasses.replace(engine, frees_out_of_window=False)
+    if name == "hf" and rules is not None:
+        engine = dataclasses.replace(engine, mla_latent=rules.mla_latent)
+    if name == "trtllm" and rules is not None and block_size is None:
+        engine = dataclasses.replace(engine, block_size=rules.tokens_per_block)
     return engine
 
 
-# vLLM on CUDA forces the KV block size of MLA models to 64 (FlashMLA; vllm/platforms/cuda.py).
-VLLM_MLA_BLOCK_SIZE = 64
-
-
-def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None) -> tuple[Engine, str | None]:
-    """The engine with the block size it would use for this model, and a note when that differs
-    from the engine's usual default."""
+def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None,
+               profile: Any = None) -> tuple[Engine, str | None]:
+    """The engine with the block size it would use for this model under ``profile`` (the engine's newest
+    when None), and a note when that differs from the engine's usual default."""
     if block_size is None and name.lower() == "vllm" and any(isinstance(x, MLALayer) for x in spec.layers):
-        return get_engine(name, block_size=VLLM_MLA_BLOCK_SIZE), (
-            f"vLLM uses {VLLM_MLA_BLOCK_SIZE}-token blocks for MLA models (FlashMLA); --block-size overrides")
-    return get_engine(name, block_size=block_size), None
+        if profile is None:
+            from kvplan.core.profiles import registry
+
+            profile = registry().newest("vllm")
+        mla_block = profile.rules.mla_block_size
+        if mla_block != VLLMEngine.block_size:
+            return get_engine(name, block_size=mla_block, profile=profile), (
+                f"vLLM uses {mla_block}-token blocks for MLA models (FlashMLA); --block-size overrides")
+    return get_engine(name, block_size=block_size, profile=profile), None
 
 
 __all__ = ["ENGINES", "Engine", "engine_for", "get_engine"]

@@ -27,10 +27,14 @@ from kvplan.core.spec import AttentionLayer, Layer, LayerKind
 class PagedEngine(Engine):
     """Blocks of ``block_size`` slots; sliding/chunked layers free the blocks they no longer need."""
 
+    frees_out_of_window: bool = True  # vLLM before 0.9.1 (no hybrid manager) keeps every block
+
     def blocks_held(self, layer: Layer, num_tokens: int) -> int:
         if num_tokens == 0 or not self.token_vectors(layer, 1):
             return 0
         blocks = cdiv(num_tokens, self.block_size)
+        if not self.frees_out_of_window:
+            return blocks
         if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
             # computed = num_tokens - 1 before the newest token; skipped = computed - W + 1
             skipped = max(0, num_tokens - layer.window)
@@ -56,4 +60,6 @@ class VLLMEngine(PagedEngine):
     block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
 
     def describe_rules(self) -> str:
-        return f"vLLM v1 paged blocks of {self.block_size} tokens; sliding/chunked layers free out-of-window blocks"
+        windows = ("sliding/chunked layers free out-of-window blocks" if self.frees_out_of_window
+                   else "sliding layers keep every block (no hybrid KV cache manager)")
+        return f"vLLM paged blocks of {self.block_size} tokens; {windows}"

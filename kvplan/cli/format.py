@@ -141,7 +141,7 @@ def print_records(console: Console, table: Table) -> None:
     width = max(console.width, 40)
     for row in range(len(table.rows)):
         label = cells[0][row].replace("\n", " ")
-        console.print(Text(label, style="bold"), soft_wrap=True)
+        console.print(Text(label, style="bold"))  # long text wraps at spaces: no number is split
         line = RECORD_INDENT
         for header, column in zip(headers[1:], cells[1:]):
             value = column[row].replace("\n", " ").strip()
@@ -150,8 +150,8 @@ def print_records(console: Console, table: Table) -> None:
             pair = f"{header}: {value}" if header else value
             sep = "" if line == RECORD_INDENT else "; "
             if line != RECORD_INDENT and len(line) + len(sep) + len(pair) > width:
-                console.print(Text(line), soft_wrap=True)
+                console.print(Text(line))
                 line, sep = RECORD_INDENT, ""
             line += sep + pair
         if line != RECORD_INDENT:
-            console.print(Text(line), soft_wrap=True)
+            console.print(Text(line))

@@ -19,7 +19,8 @@ class HFRules:
 
 HF_PROFILES: tuple[EngineProfile, ...] = chain("hf", "transformers", [
     ("4.40", HFRules(mla_latent=False),
-     ("DynamicCache stores MLA keys and values expanded per head (models/deepseek_v3/modeling_deepseek_v3.py, 4.x)",)),
+     ("DynamicCache stores MLA keys and values expanded per head (4.x: models/deepseek_v3/modeling_deepseek_v3.py)",)),
     ("5.0", HFRules(mla_latent=True),
-     ("DynamicCache stores the MLA latent (kv_lora_rank + qk_rope_head_dim), checked against 5.23's real cache",)),
+     ("DynamicCache stores the MLA latent (kv_lora_rank + qk_rope_head_dim), checked byte for byte against the real "
+      "cache (5.23: models/deepseek_v3/modeling_deepseek_v3.py; tests/validate/test_hf_cache.py)",)),
 ])

@@ -41,8 +41,8 @@ def _profiles() -> tuple[EngineProfile, ...]:
          (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp (0.4.8: {src})",)),
         ("0.5.3", SGLangRules(default_fraction="reserve"),
          (f"reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x "
-          f"1024, at least 10 GiB above 60 GiB (0.5.3: {src}::_handle_gpu_memory_settings); read through "
-          f"{CHECKED_THROUGH}",)),
+          f"1024, at least 10 GiB above 60 GiB; read through {CHECKED_THROUGH} "
+          f"(0.5.3: {src}::_handle_gpu_memory_settings)",)),
     ])
 
 

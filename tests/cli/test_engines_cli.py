@@ -1,0 +1,73 @@
+"""`--engine NAME==VERSION` across commands, and `kvplan engines`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+GiB = 1 << 30
+# The issue's deployment: vLLM 0.11 ran it with 4.45 GiB of KV cache (measured weights/activation/non-torch).
+QWEN = ["fit", "qwen3-32b", "--gpu-memory", "79.18GiB", "--gpu-memory-utilization", "0.9", "--block-size", "128",
+        "--max-model-len", "16000", "--weights-memory", "61.03GiB", "--activation-memory", "5.64GiB",
+        "--non-torch-memory", "0.14GiB", "--json"]
+
+
+def run(*args: str, code: int = 0) -> dict:
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == code, r.output
+    return json.loads(r.stdout)
+
+
+def test_vllm_0_11_did_not_charge_cuda_graphs_and_the_deployment_fits():
+    old = run(*QWEN, "--engine", "vllm==0.11.0")
+    assert old["fits"] and old["engine_version"] == "0.11.0"
+    assert old["kv_cache_memory_bytes"] / GiB == pytest.approx(4.45, abs=0.01)
+    new = run(*QWEN, "--engine", "vllm==0.33.0", code=1)
+    assert not new["fits"] and new["engine_version"] == "0.29.0"
+    eager = {w["change"]: w for w in new["what_if"]}["--enforce-eager"]
+    assert eager["fits"] and eager["kv_cache_memory_bytes"] == old["kv_cache_memory_bytes"]
+
+
+def test_size_names_the_profile_and_old_vllm_keeps_sliding_blocks():
+    args = ["size", "gemma3-27b", "--batch", "8", "--seq-len", "30001", "--json"]
+    hybrid = run(*args, "--engine", "vllm==0.9.1")
+    uniform = run(*args, "--engine", "vllm==0.8.5")
+    ideal = run(*args)
+    assert hybrid["engine_version"] == "0.9.1" and uniform["engine_version"] == "0.8.5"
+    assert ideal["engine_version"] is None
+    assert uniform["total_bytes"] == 8 * 62 * 1876 * 16 * 16 * 128 * 2 * 2  # every layer holds cdiv(30001, 16) blocks
+    assert hybrid["total_bytes"] < uniform["total_bytes"] / 4
+
+
+def test_transformers_4_cached_mla_expanded():
+    old = run("size", "deepseek-v3", "--engine", "hf==4.57", "--seq-len", "1", "--json")
+    new = run("size", "deepseek-v3", "--engine", "hf==5.23", "--seq-len", "1", "--json")
+    assert new["bytes_per_token"] == 70_272 and old["bytes_per_token"] == 61 * 128 * (192 + 128) * 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fit", "llama2-7b", "--gpu", "H100", "--engine", "vllm==0.5.4"], "older than the oldest profile"),
+    (["fit", "llama2-7b", "--gpu", "H100", "--engine", "hf"], "unknown engine 'hf'"),
+    (["size", "llama2-7b", "--engine", "tgi==2.0"], "unknown engine 'tgi'"),
+    (["engines", "tgi"], "unknown engine 'tgi'"),
+])
+def test_bad_engine_exits_2(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr
+
+
+def test_engines_lists_every_profile_with_its_changes():
+    data = run("engines", "--json")["engines"]
+    assert set(data) == {"vllm", "sglang", "trtllm", "hf"}
+    versions = [p["version"] for p in data["vllm"]["profiles"]]
+    assert versions[0] == "0.6.2" and "0.20.0" in versions and versions[-1] == "0.29.0"
+    assert data["vllm"]["checked_through"] == "0.33.0"
+    assert all(p["changes"] and p["rules"] for p in data["vllm"]["profiles"])
+    one = run("engines", "sglang", "--json")["engines"]
+    assert list(one) == ["sglang"]

@@ -1,6 +1,7 @@
 """The README's numbers, generated: sample outputs, published figures, accuracy and simulation tables.
 
-Each generated block sits in README.md between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``.
+Each generated block sits in README.md (or a doc named in DOC_BLOCKS) between ``<!-- generated: NAME -->``
+and ``<!-- end: NAME -->``.
 
     python scripts/readme_figures.py            # check: exit 1 and show what differs
     python scripts/readme_figures.py --write    # rewrite the blocks
@@ -122,6 +123,20 @@ def validation_cpu() -> str:
             f"({len(weights)} cases, {len({c['model'] for c in cases})} models).")
 
 
+def engine_profiles() -> str:
+    """docs/engines.md's profile tables, from the registry itself (kvplan engines --json)."""
+    data = kvplan_json("engines")["engines"]
+    out = []
+    for name, engine in data.items():
+        out += [f"### {name}: {len(engine['profiles'])} profiles, sources read through {engine['checked_through']}", "",
+                "| from | up to (not incl.) | what changed, and where |", "|---|---|---|"]
+        for p in engine["profiles"]:
+            changes = "<br>".join(c.replace("|", "/") for c in p["changes"])
+            out.append(f"| {p['version']} | {p['until'] or 'newest'} | {changes} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
 def timings_size() -> str:
     out = subprocess.run([sys.executable, "benchmarks/bench_size.py"], capture_output=True, text=True, cwd=ROOT,
                          check=True).stdout
@@ -137,6 +152,10 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "validation-cpu": validation_cpu,
 }
 TIMINGS: dict[str, Callable[[], str]] = {"timings-size": timings_size}
+# Blocks in other documents: name -> (file, generator); checked and written like the README's.
+DOC_BLOCKS: dict[str, tuple[Path, Callable[[], str]]] = {
+    "engine-profiles": (ROOT / "docs" / "engines.md", engine_profiles),
+}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
@@ -148,18 +167,15 @@ def current(text: str, name: str) -> str | None:
     return m.group(2) if m else None
 
 
-def main(argv: list[str]) -> int:
-    write, with_timings = "--write" in argv, "--timings" in argv
-    only = [a for a in argv if not a.startswith("--")]
-    text = README.read_text(encoding="utf-8")
-    blocks = {**BLOCKS, **(TIMINGS if with_timings else {})}
+def _update(path: Path, blocks: dict[str, Callable[[], str]], write: bool, only: list[str]) -> list[str]:
+    text = path.read_text(encoding="utf-8")
     stale = []
     for name, make in blocks.items():
         if only and name not in only:
             continue
         have = current(text, name)
         if have is None:
-            print(f"README.md has no block {name!r} (<!-- generated: {name} --> ... <!-- end: {name} -->)")
+            print(f"{path.name} has no block {name!r} (<!-- generated: {name} --> ... <!-- end: {name} -->)")
             stale.append(name)
             continue
         want = make()
@@ -168,9 +184,22 @@ def main(argv: list[str]) -> int:
             if write:
                 text = _pattern(name).sub(lambda m: m.group(1) + want + m.group(3), text)
             else:
-                print(f"--- {name}: README has\n{have}\n+++ generated\n{want}\n")
+                print(f"--- {path.name} {name}: has\n{have}\n+++ generated\n{want}\n")
     if write:
-        README.write_text(text, encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
+    return stale
+
+
+def main(argv: list[str]) -> int:
+    write, with_timings = "--write" in argv, "--timings" in argv
+    only = [a for a in argv if not a.startswith("--")]
+    stale = _update(README, {**BLOCKS, **(TIMINGS if with_timings else {})}, write, only)
+    by_file: dict[Path, dict[str, Callable[[], str]]] = {}
+    for name, (path, make) in DOC_BLOCKS.items():
+        by_file.setdefault(path, {})[name] = make
+    for path, blocks in by_file.items():
+        stale += _update(path, blocks, write, only)
+    if write:
         print(f"rewrote {len(stale)} block(s): {', '.join(stale) or 'none'}")
         return 0
     return 1 if stale else 0

@@ -32,3 +32,11 @@ def test_generated_block_is_current(name):
 @pytest.mark.parametrize("name", sorted(readme_figures.TIMINGS))
 def test_timing_blocks_exist(name):
     assert readme_figures.current(readme_figures.README.read_text(encoding="utf-8"), name) is not None
+
+
+@pytest.mark.parametrize("name", sorted(readme_figures.DOC_BLOCKS))
+def test_generated_doc_block_is_current(name):
+    path, make = readme_figures.DOC_BLOCKS[name]
+    have = readme_figures.current(path.read_text(encoding="utf-8"), name)
+    assert have is not None, f"{path.name} lost its {name} block"
+    assert have == make(), f"{path.name} block {name} is stale: python scripts/readme_figures.py --write"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -76,8 +76,10 @@ class Budget(BaseModel):
         "Bundled model name (`kvplan models`), hub id or config.json path; needed by all but simulation limits."))
     gpu: str | None = Field(None, description="Bundled GPU name (`kvplan gpus`), e.g. H100-80GB; needed by fit limits.")
     gpu_memory: str | None = Field(None, description="Memory per GPU, e.g. 80GiB; overrides the gpu's or stands alone.")
-    engine: Literal["vllm", "sglang", "trtllm", "hf", "ideal"] = Field("vllm", description=(
-        "Serving engine whose allocation rules apply (default vllm); fit limits need vllm, sglang or trtllm."))
+    engine: str = Field("vllm", description=(
+        "Serving engine whose allocation rules apply: vllm (default), sglang, trtllm, hf or ideal, optionally "
+        "pinned to the release you run, e.g. vllm==0.11.0 (no version: the newest rules; `kvplan engines`); "
+        "fit limits need vllm, sglang or trtllm."))
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one layer is split over (default 1).")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages (default 1).")
     kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")
@@ -100,6 +102,22 @@ class Budget(BaseModel):
             _size_bytes(value, "gpu_memory")
         return value
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        from kvplan.core.profiles import parse_engine
+
+        try:
+            parse_engine(value)
+        except KvplanError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def engine_choice(self) -> Any:
+        from kvplan.core.profiles import parse_engine
+
+        return parse_engine(self.engine)
+
     @model_validator(mode="after")
     def _what_it_plans_for(self) -> "Budget":
         r = self.require
@@ -112,7 +130,7 @@ class Budget(BaseModel):
             raise ValueError(f"{', '.join(sorted(asked - set(SIMULATION_LIMITS)))} need a model")
         if asked & set(FIT_LIMITS) and not (self.gpu or self.gpu_memory):
             raise ValueError(f"{', '.join(sorted(asked & set(FIT_LIMITS)))} need a gpu (or gpu_memory)")
-        if asked & set(FIT_LIMITS) and self.engine not in ("vllm", "sglang", "trtllm"):
+        if asked & set(FIT_LIMITS) and self.engine_choice().name not in ("vllm", "sglang", "trtllm"):
             raise ValueError("capacity limits need engine vllm, sglang or trtllm")
         return self
 
@@ -171,12 +189,13 @@ def measure(budget: Budget, origin: Path) -> Measured:
     asked = {k: v for k, v in budget.require.model_dump().items() if v is not None}
     out: dict[str, float] = {}
     why: dict[str, str] = {}
+    choice = budget.engine_choice()
     if budget.model and asked.keys() - set(SIMULATION_LIMITS):
         spec = load_model(budget.model)
         max_len = budget.max_model_len or spec.max_model_len
         tp, pp = budget.tensor_parallel_size, budget.pipeline_parallel_size
         if asked.keys() & set(SIZE_LIMITS):
-            engine, _ = engine_for(spec, budget.engine)
+            engine, _ = engine_for(spec, choice.name, profile=choice.profile)
             seq_len = budget.seq_len or max_len
             r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
             out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,
@@ -192,11 +211,13 @@ def measure(budget: Budget, origin: Path) -> Measured:
         if asked.keys() & set(FIT_LIMITS):
             gpu = get_gpu(budget.gpu, memory=budget.gpu_memory)
             want = asked.get("min_max_concurrency")
-            req = FitRequest(spec=spec, gpu=gpu, engine=budget.engine, tp=tp, pp=pp, kv_dtype=budget.kv_cache_dtype,
+            req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp,
+                             kv_dtype=budget.kv_cache_dtype,
                              gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len,
                              concurrency=math.ceil(want) if want else None)
             f = fit(req)
-            per_request = size_kv(spec, engine_for(spec, budget.engine)[0], batch=budget.batch, seq_len=f.max_model_len,
+            per_request = size_kv(spec, engine_for(spec, choice.name, profile=choice.profile)[0], batch=budget.batch,
+                                  seq_len=f.max_model_len,
                                   kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp).per_gpu_bytes
             b = f.breakdown
             busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request

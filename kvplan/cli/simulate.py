@@ -74,7 +74,8 @@ def result_json(r: "SimResult") -> dict[str, Any]:
         "preemptions": r.preemptions, "completed": r.completed, "rejected": r.rejected,
         "rejected_reasons": r.rejected_reasons, "makespan_steps": r.makespan_steps,
         "makespan_seconds": r.makespan_seconds, "generated_tokens": r.generated_tokens,
-        "throughput_tokens_per_s": r.throughput_tokens_per_s, "peak_waiting": r.peak_waiting,
+        "throughput_tokens_per_s": r.throughput_tokens_per_s, "busy_seconds": r.busy_seconds,
+        "drain_seconds": r.drain_seconds, "peak_waiting": r.peak_waiting,
         "mean_queue_seconds": r.mean_queue_seconds,
     }
 

@@ -113,7 +113,7 @@ requests:
   count: 50
   seed: 3
   arrival: {process: all_at_once}
-  prompt_tokens: {dist: uniform, low: 10, high: 100}
+  prompt_tokens: {dist: uniform, low: 266, high: 356}
   output_tokens: {dist: zipf, a: 1.1, low: 5, high: 200}
 sharing: {shared_prefix_tokens: 256, parallel_sampling: 4}
 scheduler: {max_model_len: 2048}
@@ -124,6 +124,66 @@ allocators: [contiguous-oracle, paged-16]
     paged, contig = out["allocators"]["paged-16"], out["allocators"]["contiguous-oracle"]
     assert paged["completed"] == contig["completed"] == 50
     assert paged["mean_batch_size"] > contig["mean_batch_size"]  # shared blocks leave room for more
+    assert not any("raised" in n for n in out["notes"])  # every prompt already holds the prefix
+
+
+def test_shared_prefix_is_part_of_the_prompt(tmp_path):
+    """A 300-token prompt with a 256-token prefix is 300 tokens (not 556); shorter prompts are raised."""
+    text = """
+serving: {model: opt-13b, kv_pool_tokens: 100000}
+requests: {count: 10, arrival: {process: all_at_once}, prompt_tokens: {dist: constant, value: PROMPT}, output_tokens: {dist: constant, value: 10}}
+sharing: {shared_prefix_tokens: 256}
+scheduler: {max_model_len: 2048}
+step_time: {model: constant, seconds: 0.01}
+allocators: [contiguous-oracle]
+"""
+    long = simulate_json(write(tmp_path, text.replace("PROMPT", "300")))
+    # contiguous-oracle reserves prompt + output: 10 x 310 slots in use at the last step
+    assert long["allocators"]["contiguous-oracle"]["peak_batch_size"] == 10
+    assert not any("raised" in n for n in long["notes"])
+    short = simulate_json(write(tmp_path, text.replace("PROMPT", "100"), "short.yaml"))
+    assert any(n.startswith("10 of 10 prompts were shorter than the 256-token shared prefix") for n in short["notes"])
+    from kvplan.io.workload import build_requests, load_workload_file
+
+    for prompt, expected in ((300, 300), (100, 256)):
+        path = write(tmp_path, text.replace("PROMPT", str(prompt)), f"p{prompt}.yaml")
+        reqs = build_requests(load_workload_file(path), path, max_model_len=2048)
+        assert {r.prompt for r in reqs} == {expected}
+
+
+def test_pool_from_fit_is_fits_token_count(tmp_path):
+    """One count of token slots: simulate's pool equals fit's kv_cache_tokens for the same deployment."""
+    path = write(tmp_path, """
+serving: {model: llama3-8b, gpu: H100-80GB, gpu_memory_utilization: 0.85}
+requests: {count: 5, arrival: {process: poisson, rate: 5}, prompt_tokens: {dist: constant, value: 100}, output_tokens: {dist: constant, value: 50}}
+scheduler: {max_model_len: 8192, max_num_seqs: 128}
+allocators: [paged-16]
+""")
+    sim = simulate_json(path)
+    r = runner.invoke(app, ["fit", "llama3-8b", "--gpu", "H100-80GB", "--gpu-memory-utilization", "0.85",
+                            "--max-model-len", "8192", "--max-num-seqs", "128", "--json"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.stdout)
+    assert sim["pool_slots"] == fit["kv_cache_tokens"]
+    assert sim["pool_bytes"] == fit["kv_cache_memory_bytes"]
+
+
+def test_throughput_per_busy_second_and_drain(tmp_path):
+    """An unsaturated service: one request every 10 s, each done in 0.5 s. Throughput counts busy time only."""
+    path = write(tmp_path, """
+serving: {model: opt-13b, kv_pool_tokens: 8192}
+requests: {trace: t.csv}
+scheduler: {max_model_len: 2048}
+step_time: {model: constant, seconds: 0.01}
+allocators: [paged-16]
+""")
+    (tmp_path / "t.csv").write_text("arrival,prompt_tokens,output_tokens\n0,100,50\n10,100,50\n20,100,50\n")
+    m = simulate_json(path)["allocators"]["paged-16"]
+    # a request runs 51 steps: its admission (prefill) step, then 50 steps to reach 150 tokens
+    assert m["busy_seconds"] == pytest.approx(3 * 51 * 0.01)
+    assert m["drain_seconds"] == pytest.approx(51 * 0.01)
+    assert m["throughput_tokens_per_s"] == pytest.approx(150 / 1.53)  # about 98 tok/s, not 150 / 20.51 s
+    assert m["makespan_seconds"] == pytest.approx(20.51)
 
 
 def test_seed_repeats_exactly(tmp_path):
@@ -139,6 +199,10 @@ allocators: [paged-16]
     assert first != simulate_json(write(tmp_path, text.replace("seed: 7", "seed: 8"), "other.yaml"))["allocators"]
 
 
+POOL = "serving: {model: opt-13b, kv_pool_tokens: 4096}\nscheduler: {max_model_len: 2048}\n"
+LENGTHS = "prompt_tokens: {dist: constant, value: 5}, output_tokens: {dist: constant, value: 5}"
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
@@ -149,9 +213,35 @@ allocators: [paged-16]
         ("serving: {model: opt-13b, kv_pool_tokens: 100}\nrequests: {trace: nope.csv}\n", "nope.csv: no such file"),
         ("serving: {model: opt-13b}\nrequests: {count: 1}\nallocators: [paged-x]\n", "unknown allocator 'paged-x'"),
         ("serving: {model: opt-13b\nrequests: 3\n", "not valid YAML"),
+        # non-finite numbers: `gt=0` alone lets .inf through
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson, rate: .inf}}, {LENGTHS}}}\n", "requests.arrival.rate"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: gamma, cv: .nan}}, {LENGTHS}}}\n", "requests.arrival.cv"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, prompt_tokens: {{dist: lognormal, mean: .inf}}, "
+         "output_tokens: {dist: constant, value: 5}}\n", "prompt_tokens.lognormal.mean"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, prompt_tokens: {{dist: normal, mean: 5, std: .inf}}, "
+         "output_tokens: {dist: constant, value: 5}}\n", "std"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, prompt_tokens: {{dist: zipf, a: .inf, high: 9}}, "
+         "output_tokens: {dist: constant, value: 5}}\n", ".a"),
+        (f"{POOL}requests: {{trace: t.csv, time_scale: .inf}}\n", "requests.time_scale"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, {LENGTHS}}}\nstep_time: {{model: constant, "
+         "seconds: .inf}\n", "step_time.seconds"),
+        # sizes as 309-digit numbers
+        ("serving: {model: opt-13b, kv_pool_bytes: '" + "9" * 309 + "'}\nrequests: {count: 5}\n", "kv_pool_bytes"),
+        ("serving: {model: opt-13b, kv_pool_bytes: " + "9" * 309 + "}\nrequests: {count: 5}\n", "kv_pool_bytes"),
+        ("serving: {model: opt-13b, kv_pool_tokens: " + "9" * 309 + "}\nrequests: {count: 5}\n", "kv_pool_tokens"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, prompt_tokens: {{dist: constant, value: "
+         + "9" * 309 + "}, output_tokens: {dist: constant, value: 5}}\n", "value"),
+        (f"{POOL}requests: {{count: 10000000, arrival: {{process: poisson}}, {LENGTHS}}}\n", "pass count: 1000000"),
+        # a clock past 10^9 s (integer picoseconds stay exact, floats never overflow)
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson, rate: 1e-300}}, {LENGTHS}}}\n", "past the simulator's clock"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, prompt_tokens: {{dist: zipf, high: 100000000}}, "
+         "output_tokens: {dist: constant, value: 5}}\n", "zipf: high - low"),
+        (f"{POOL}requests: {{count: 5, arrival: {{process: poisson}}, {LENGTHS}}}\nsharing: {{shared_prefix_tokens: 2048}}\n",
+         "must be below max_model_len (2048)"),
     ],
 )
 def test_bad_workload_files_exit_2_with_file_key_line(tmp_path, text, message):
+    (tmp_path / "t.csv").write_text("arrival,prompt_tokens,output_tokens\n0,10,5\n1e300,10,5\n")
     path = write(tmp_path, text)
     r = runner.invoke(app, ["simulate", str(path)])
     assert r.exit_code == 2, r.output
@@ -171,6 +261,10 @@ def test_schema_workload():
     assert r.exit_code == 0
     schema = json.loads(r.stdout)
     assert schema["additionalProperties"] is False and "serving" in schema["properties"]
+    missing = [f"{where}.{key}" for where, obj in [("workload", schema), *schema["$defs"].items()]
+               for key, prop in obj.get("properties", {}).items() if not prop.get("description")]
+    assert not missing, missing
+    assert "not added to it" in schema["$defs"]["Sharing"]["properties"]["shared_prefix_tokens"]["description"]
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -279,3 +279,96 @@ step_time: {model: constant, seconds: 0.02}
     r = runner.invoke(app, ["simulate", str(path), "--plot", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tables_keep_every_digit_at_80_columns():
+    r = runner.invoke(app, ["simulate", str(PAPER)], terminal_width=80)
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout and max(len(line) for line in r.stdout.splitlines()) <= 80
+    out = simulate_json(PAPER)
+    for name, m in out["allocators"].items():
+        for cell in (f"{100 * m['token_states_frac']:.1f}%", f"{100 * m['free_frac']:.1f}%",
+                     f"{m['completed']:,}", f"{m['preemptions']:,}", f"{m['throughput_tokens_per_s']:,.0f}"):
+            assert cell in r.stdout, (name, cell)
+    assert f"KV pool {out['pool_slots']} token slots" in r.stdout  # as typed back as kv_pool_tokens
+
+
+# -- any workload the schema accepts finishes with every request accounted, or is refused (exit 2) ----
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LENGTHS = st.one_of(
+    st.builds(lambda v: {"dist": "constant", "value": v}, st.integers(1, 1000) | st.integers(1, 5000)),
+    st.builds(lambda lo, span: {"dist": "uniform", "low": lo, "high": lo + span}, st.integers(1, 3000), st.integers(0, 3000)),
+    st.builds(lambda m, sd: {"dist": "normal", "mean": m, "std": sd}, st.floats(0.5, 3000), st.floats(0, 2000)),
+    st.builds(lambda m, sg: {"dist": "lognormal", "mean": m, "sigma": sg}, st.floats(0.5, 3000), st.floats(0.05, 4)),
+    st.builds(lambda a, lo, span: {"dist": "zipf", "a": a, "low": lo, "high": lo + span}, st.floats(0.05, 20),
+              st.integers(1, 2000), st.integers(0, 5000)),
+)
+_ARRIVALS = st.one_of(
+    st.just({"process": "all_at_once"}),
+    st.builds(lambda r: {"process": "poisson", "rate": r}, st.floats(0.001, 1e4)),
+    st.builds(lambda r, cv: {"process": "gamma", "rate": r, "cv": cv}, st.floats(0.001, 1e4), st.floats(0.01, 100)),
+)
+_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-1", "paged-16", "paged-256"]
+
+
+@st.composite
+def workload_dicts(draw):
+    max_len = draw(st.integers(2, 4096) | st.sampled_from([256, 1024, 2048]))
+    scale = draw(st.floats(0.05, 1) | st.floats(1, 8))  # the pool in units of max_model_len: below 1 many requests cannot fit
+    serving = draw(st.one_of(
+        st.just({"model": "opt-13b", "kv_pool_tokens": max(1, int(max_len * scale))}),
+        st.builds(lambda b: {"model": "opt-13b", "gpu": "A100-40GB", "kv_pool_bytes": b}, st.sampled_from(
+            ["1MiB", "1GiB", "6GiB", 819200 * 700])),
+    ))
+    scheduler = {"max_num_seqs": draw(st.integers(1, 64)), "preemption": draw(st.sampled_from(["recompute", "swap"])),
+                 "max_model_len": max_len}
+    if draw(st.booleans()):  # a budget below max_model_len: recomputed prefills outgrow it
+        scheduler["max_num_batched_tokens"] = max(1, int(max_len * draw(st.floats(0.05, 2))))
+    sharing = {"shared_prefix_tokens": draw(st.sampled_from([0, 0, 1, 16, 100, 600])),
+               "prefix_caching": draw(st.booleans()), "parallel_sampling": draw(st.sampled_from([1, 1, 1, 2, 4])),
+               "beam_width": draw(st.sampled_from([1, 1, 3]))}
+    wl = {"serving": serving, "scheduler": scheduler, "sharing": sharing,
+          "requests": {"count": draw(st.integers(1, 25)), "seed": draw(st.integers(0, 2**32)),
+                       "arrival": draw(_ARRIVALS), "prompt_tokens": draw(_LENGTHS), "output_tokens": draw(_LENGTHS)},
+          "allocators": draw(st.lists(st.sampled_from(_ALLOCATORS), min_size=1, max_size=3, unique=True)),
+          "placement": draw(st.sampled_from(["buddy", "first-fit"]))}
+    if "gpu" not in serving or draw(st.booleans()):
+        wl["step_time"] = {"model": "constant", "seconds": draw(st.floats(1e-4, 10))}
+    return wl
+
+
+class _Hang(Exception):
+    pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(wl=workload_dicts())
+def test_any_accepted_workload_finishes_with_every_request_accounted(tmp_path, wl):
+    import signal
+
+    import yaml
+
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(wl))
+
+    def hang(*_):
+        raise _Hang(f"no answer within 60 s: {wl}")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)  # a hang guard, not a timing assertion: each run takes milliseconds
+    try:
+        r = runner.invoke(app, ["simulate", str(path), "--json"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert r.exit_code in (0, 2), (r.output, wl)
+    assert "Traceback" not in r.output
+    if r.exit_code == 2:
+        assert str(path) in r.stderr, r.stderr  # refused with its file
+        return
+    out = json.loads(r.stdout)
+    for name, m in out["allocators"].items():
+        assert m["completed"] + m["rejected"] == out["requests"] == wl["requests"]["count"], (name, m)
+        assert sum(m["rejected_reasons"].values()) == m["rejected"]

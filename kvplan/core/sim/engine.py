@@ -365,15 +365,15 @@ class _Sim:
             self.peak_batch = self.N
         self.steps += 1
         if self.timeline_every and self.steps % self.timeline_every == 0:
-            self._timeline_point(s, used, allocated, ext)
+            self._timeline_point(s, self.now, used, allocated, ext)
         duration = self.cfg.step.duration(used, prefill)
         if self.N:
             self.busy_ps += duration
         self.now += duration
 
-    def _timeline_point(self, s: int, used: int, allocated: int, ext: int) -> None:
+    def _timeline_point(self, s: int, now_ps: int, used: int, allocated: int, ext: int) -> None:
         internal = self._internal_now(s)
-        self.sums.timeline.append((s, used, allocated - used - internal, internal, ext,
+        self.sums.timeline.append((s, now_ps, used, allocated - used - internal, internal, ext,
                                    self.cfg.pool_slots - allocated - ext))
 
     def _complete(self, s: int) -> bool:
@@ -455,7 +455,7 @@ class _Sim:
         sums.batch += count * self.N
         if self.timeline_every:
             last = end - 1
-            self._timeline_point(last, self._used(last), self._allocated(last), ext)
+            self._timeline_point(last, self._clock_after(s0, count - 1), self._used(last), self._allocated(last), ext)
         # arrivals during the run join the queue behind its blocked head (only when someone waits)
         if self.waiting:
             last_start = self._clock_after(s0, count - 1)  # clock at the start of the run's last step

@@ -186,4 +186,5 @@ class SimResult:
     drain_seconds: float  # from the last arrival to the end of the run
     peak_waiting: int
     mean_queue_seconds: float
-    timeline: tuple[tuple[int, int, int, int, int, int], ...] = ()  # (step, token, reserved, internal, external, free)
+    # (step, clock ps at the step's start, token, reserved, internal, external, free slots)
+    timeline: tuple[tuple[int, int, int, int, int, int, int], ...] = ()

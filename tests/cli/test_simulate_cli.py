@@ -372,3 +372,16 @@ def test_any_accepted_workload_finishes_with_every_request_accounted(tmp_path, w
     for name, m in out["allocators"].items():
         assert m["completed"] + m["rejected"] == out["requests"] == wl["requests"]["count"], (name, m)
         assert sum(m["rejected_reasons"].values()) == m["rejected"]
+
+
+def test_the_documented_example_is_a_valid_workload(tmp_path):
+    """docs/workloads.md's annotated example runs as written; the bundled examples run too."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    text = block.replace("count: 600", "count: 40")  # the shape, not the size, is under test
+    out = simulate_json(write(tmp_path, text))
+    assert out["workload"] == "my-chat" and set(out["allocators"]) == {
+        "contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"}
+    long_chat = simulate_json(configs_dir() / "workloads" / "llama3.1-8b-long-chat.yaml")
+    for m in long_chat["allocators"].values():
+        assert m["completed"] + m["rejected"] == long_chat["requests"]

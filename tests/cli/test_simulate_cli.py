@@ -385,3 +385,48 @@ def test_the_documented_example_is_a_valid_workload(tmp_path):
     long_chat = simulate_json(configs_dir() / "workloads" / "llama3.1-8b-long-chat.yaml")
     for m in long_chat["allocators"].values():
         assert m["completed"] + m["rejected"] == long_chat["requests"]
+
+
+LIVELOCK = """
+serving: {model: opt-13b, kv_pool_tokens: 1024}
+requests:
+  count: 2
+  arrival: {process: all_at_once}
+  prompt_tokens: {dist: constant, value: 200}
+  output_tokens: {dist: constant, value: 700}
+scheduler: {max_model_len: 2048, max_num_batched_tokens: 256, preemption: recompute}
+step_time: {model: constant, seconds: 0.01}
+allocators: [paged-16]
+"""
+
+
+def _invoke_guarded(args: list[str]):
+    import signal
+
+    def hang(*_):
+        raise _Hang(f"no answer within 60 s: {args}")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)  # a hang guard, not a timing assertion: the run takes milliseconds
+    try:
+        return runner.invoke(app, args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_fuzzed_livelock_finishes_in_simulate_and_check(tmp_path):
+    """Two requests, a preempted one grows past max_num_batched_tokens: once an endless loop."""
+    path = write(tmp_path, LIVELOCK)
+    r = _invoke_guarded(["simulate", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["allocators"]["paged-16"]
+    assert (m["completed"], m["rejected"]) == (2, 0) and m["preemptions"] >= 1
+    budgets = write(tmp_path, f"""
+budgets:
+  - name: livelock
+    workload: {path}
+    require: {{max_rejected: 0}}
+""", "budgets.yaml")
+    r = _invoke_guarded(["check", str(budgets), "--json"])
+    assert r.exit_code == 0, r.output

@@ -22,8 +22,8 @@ from kvplan.io.yamlio import load_yaml, parse_model, read_text
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
 # Bounds that keep every run finite and every number exact (integer picoseconds, integer slots).
 # MAX_COUNT: measured on the 2-core build machine, the vLLM-paper workload (4 allocators, overloaded
-# at 20 req/s) took 48 s and 0.10 GB for 200,000 requests and 182 s and 0.39 GB for 1,000,000;
-# 10,000,000 ran over 10 minutes and 8.6 GB.
+# at 20 req/s) took 48 s and 0.10 GB for 200,000 requests and 180-250 s and 0.39 GB for 1,000,000;
+# 10,000,000 (the former maximum) was reported to run over 10 minutes and 8.6 GB.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 1 << 31  # any token count in a file (lengths, limits); contexts today reach 10M (Llama 4 Scout)
 MAX_MODEL_LEN = 1 << 24
@@ -53,7 +53,7 @@ class Serving(_Strict):
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages. Default 1.")
     kv_cache_dtype: str = Field("auto", description="KV dtype (auto: the model's dtype; fp8, fp16, ...).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Share of GPU memory the engine "
-                                                 "may use; default: the engine's own default (vLLM 0.9).")
+                                                 "may use; default: the engine's own default (vLLM: 0.9).")
     kv_pool_bytes: str | int | None = Field(None, description="KV pool per GPU, e.g. 12GiB; skips the fit (pool "
                                             "tokens = bytes / KV bytes per token).")
     kv_pool_tokens: int | None = Field(None, gt=0, le=MAX_POOL_TOKENS, description="KV pool in token slots; "
@@ -141,8 +141,8 @@ class Requests(_Strict):
     @classmethod
     def _count(cls, count: int | None) -> int | None:
         if count is not None and count > MAX_COUNT:
-            raise ValueError(f"at most {MAX_COUNT} requests (got {count}; a million take about 3 minutes on 2 "
-                             f"cores); the memory shares settle long before: pass count: {MAX_COUNT} or fewer")
+            raise ValueError(f"at most {MAX_COUNT} requests (got {count}; a million take 3 to 4 minutes and 0.4 GB "
+                             f"on 2 cores); the memory shares settle long before: pass count: {MAX_COUNT} or fewer")
         return count
 
 
@@ -160,7 +160,7 @@ class Sharing(_Strict):
 
 class Scheduler(_Strict):
     max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default 256 "
-                                                                 "(vLLM's default).")
+                                                                 "(vLLM V0's default).")
     max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description=(
         "Prompt tokens admitted per step. Default max(max_model_len, 2048), vLLM's without chunked prefill."))
     max_model_len: int | None = Field(None, ge=2, le=MAX_MODEL_LEN, description="Longest sequence, prompt plus "

@@ -112,6 +112,7 @@ class _Sim:
         self.peak_waiting = 0
         self.queue_ps = 0
         self.busy_ps = 0  # clock over steps with something running
+        self.last_arrival = pending[-1].arrival_ps if pending else 0  # the drain starts here
         self.timeline_every = 0
         self.timeline_points = timeline_points
         self.check = False
@@ -478,7 +479,6 @@ class _Sim:
             self.timeline_every = max(1, (sum(r.output for r in self.pending) // max(1, self.cfg.max_num_seqs) + total)
                                       // self.timeline_points)
         first_arrival = self.pending[0].arrival_ps if self.pending else 0
-        self.last_arrival = self.pending[-1].arrival_ps if self.pending else 0
         must_step = True
         while self.next_arrival < total or self.waiting or self.running:
             if not self.waiting and not self.running:

@@ -20,14 +20,14 @@ def plot_simulation(results: list[SimResult], path: Path, *, title: str) -> None
     fig, axes = plt.subplots(n + 1, 1, figsize=(9, 2.2 * (n + 1)), constrained_layout=True)
     for ax, r in zip(axes[:-1], results):
         if r.timeline:
-            steps = [p[0] for p in r.timeline]
-            total = [sum(p[1:]) or 1 for p in r.timeline]
-            series = [[p[i] / t for p, t in zip(r.timeline, total)] for i in range(1, 6)]
-            ax.stackplot(steps, *series, colors=[c for _, c in _PARTS], labels=[name for name, _ in _PARTS])
+            seconds = [p[1] / 1e12 for p in r.timeline]
+            total = [sum(p[2:]) or 1 for p in r.timeline]
+            series = [[p[i] / t for p, t in zip(r.timeline, total)] for i in range(2, 7)]
+            ax.stackplot(seconds, *series, colors=[c for _, c in _PARTS], labels=[name for name, _ in _PARTS])
         ax.set_title(f"{r.allocator}: mean batch {r.mean_batch_size:.1f}, peak {r.peak_batch_size}", fontsize=9)
         ax.set_ylabel("share of pool")
         ax.set_ylim(0, 1)
-        ax.set_xlabel("step")
+        ax.set_xlabel("seconds")
     axes[0].legend(loc="upper right", fontsize=7, ncol=5)
     bar = axes[-1]
     names = [r.allocator for r in results]

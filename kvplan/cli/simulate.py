@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.table import Table
 
 from kvplan.cli.app import app
-from kvplan.cli.format import format_bytes, make_console, print_json
+from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
 from kvplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -74,26 +73,35 @@ def result_json(r: "SimResult") -> dict[str, Any]:
         "preemptions": r.preemptions, "completed": r.completed, "rejected": r.rejected,
         "rejected_reasons": r.rejected_reasons, "makespan_steps": r.makespan_steps,
         "makespan_seconds": r.makespan_seconds, "generated_tokens": r.generated_tokens,
-        "throughput_tokens_per_s": r.throughput_tokens_per_s, "peak_waiting": r.peak_waiting,
+        "throughput_tokens_per_s": r.throughput_tokens_per_s, "busy_seconds": r.busy_seconds,
+        "drain_seconds": r.drain_seconds, "peak_waiting": r.peak_waiting,
         "mean_queue_seconds": r.mean_queue_seconds,
     }
 
 
 @app.command()
 def simulate(
-    workload_file: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload YAML (see `kvplan schema workload`)."),
-    allocator: Optional[list[str]] = typer.Option(None, "--allocator", "-a", help="Override the file's allocators."),
-    placement: Optional[str] = typer.Option(None, "--placement", help="Override the contiguous placement: buddy or first-fit."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: memory timeline and breakdown per allocator."),
-    as_json: bool = typer.Option(False, "--json"),
+    workload_file: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload YAML, or a bundled example's name "
+                                         "(kvplan examples); the format: docs/workloads.md, kvplan schema workload."),
+    allocator: Optional[list[str]] = typer.Option(None, "--allocator", "-a", help="Allocator to simulate, repeatable "
+                                                  "(contiguous-max, contiguous-pow2, contiguous-oracle, paged-B); "
+                                                  "default: the file's allocators."),
+    placement: Optional[str] = typer.Option(None, "--placement", help="Contiguous placement: buddy or first-fit; "
+                                            "default: the file's placement (buddy when it names none)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: memory timeline and breakdown per "
+                                        "allocator (needs matplotlib); default: no plot."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables; default: tables."),
 ) -> None:
-    """Replay traffic against contiguous and paged KV allocators and show where the memory goes."""
+    """Replay traffic against contiguous and paged KV allocators and show where the memory goes.
+
+    Shares of the pool are averaged over the busy period; throughput is generated tokens per second
+    with at least one request running (busy_seconds), the drain after the last arrival apart.
+    """
     import dataclasses
 
     from kvplan.core.sim.model import allocator_spec
-    from kvplan.io.workload import resolve_workload
-
     from kvplan.io.examples import resolve_input
+    from kvplan.io.workload import resolve_workload
 
     w = resolve_workload(resolve_input(workload_file, "workload"))
     if allocator or placement:
@@ -118,25 +126,42 @@ def simulate(
             "workload": w.name, "requests": len(w.requests), "pool_slots": w.config.pool_slots,
             "pool_bytes": w.pool_bytes, "bytes_per_token": w.bytes_per_token,
             "max_model_len": w.config.max_model_len, "max_num_seqs": w.config.max_num_seqs,
+            "max_num_batched_tokens": w.config.max_num_batched_tokens,
             "allocators": {r.allocator: result_json(r) for r in results}, "notes": list(w.notes),
         })
         return
-    console.print(f"[bold]{w.name}[/]: {len(w.requests):,} requests, KV pool {w.config.pool_slots:,} token slots"
+    _print_tables(w, results)
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _print_tables(w: "Workload", results: list["SimResult"]) -> None:
+    c = w.config
+    console.print(f"[bold]{w.name}[/]: {len(w.requests):,} requests, KV pool {flag_value(c.pool_slots)} token slots"
                   + (f" ({format_bytes(w.pool_bytes)})" if w.pool_bytes else "")
-                  + f", max_model_len {w.config.max_model_len:,}, max_num_seqs {w.config.max_num_seqs}")
+                  + f", max_model_len {flag_value(c.max_model_len)}, max_num_seqs {flag_value(c.max_num_seqs)}, "
+                  f"max_num_batched_tokens {flag_value(c.max_num_batched_tokens)}", soft_wrap=False)
     for note in w.notes:
         console.print(f"[yellow]note:[/] {note}")
-    table = Table(title="Where the KV memory goes (share of the pool, averaged over the busy period)",
-                  title_justify="left")
-    for col in ("allocator", "tokens", "reserved", "int frag", "ext frag", "free", "batch", "peak", "preempt",
-                "done", "rejected", "tok/s"):
-        table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
+    memory = new_table("allocator", "tokens", "reserved", "int frag", "ext frag", "free", numeric="*",
+                       no_wrap=("allocator",),
+                       title="Where the KV memory goes: share of the pool over the busy period")
     for r in results:
-        table.add_row(r.allocator, f"{100 * r.token_states_frac:.1f}%", f"{100 * r.reserved_frac:.1f}%",
-                      f"{100 * r.internal_frag_frac:.1f}%", f"{100 * r.external_frag_frac:.1f}%",
-                      f"{100 * r.free_frac:.1f}%", f"{r.mean_batch_size:.1f}", str(r.peak_batch_size),
-                      f"{r.preemptions:,}", f"{r.completed:,}", f"{r.rejected:,}", f"{r.throughput_tokens_per_s:,.0f}")
-    console.print(table)
+        memory.add_row(r.allocator, _pct(r.token_states_frac), _pct(r.reserved_frac), _pct(r.internal_frag_frac),
+                       _pct(r.external_frag_frac), _pct(r.free_frac))
+    print_table(console, memory)
+    service = new_table("allocator", "batch", "peak", "preempt", "done", "rejected", "tok/s", numeric="*",
+                        no_wrap=("allocator",), title="What it serves (tok/s: generated tokens per busy second)")
+    for r in results:
+        service.add_row(r.allocator, f"{r.mean_batch_size:.1f}", str(r.peak_batch_size), f"{r.preemptions:,}",
+                        f"{r.completed:,}", f"{r.rejected:,}", f"{r.throughput_tokens_per_s:,.0f}")
+    print_table(console, service)
+    console.print("busy (a request running) / drain (after the last arrival), seconds: "
+                  + ", ".join(f"{r.allocator} {r.busy_seconds:,.1f} / {r.drain_seconds:,.1f}" for r in results))
     for r in results:
         if r.rejected_reasons:
             reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(r.rejected_reasons.items()))
@@ -144,13 +169,11 @@ def simulate(
         if r.peak_waiting > r.peak_batch_size * 4:
             console.print(f"[yellow]{r.allocator}:[/] backlog of up to {r.peak_waiting:,} waiting requests "
                           f"(mean wait {r.mean_queue_seconds:,.1f} s): arrivals exceed what this pool serves")
-    if plot is not None:
-        console.print(f"plot written to {plot}")
 
 
 @app.command()
 def schema(
-    what: str = typer.Argument(..., help="workload or budgets"),
+    what: str = typer.Argument(..., help="Which file's schema: workload or budgets."),
 ) -> None:
     """JSON Schema of a kvplan input file."""
     if what == "workload":

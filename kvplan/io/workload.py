@@ -16,116 +16,182 @@ from typing import Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, StepModel, allocator_spec
-from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_requests
+from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_draws
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
+# Bounds that keep every run finite and every number exact (integer picoseconds, integer slots).
+# MAX_COUNT: measured on the 2-core build machine, the vLLM-paper workload (4 allocators, overloaded
+# at 20 req/s) took 48 s and 0.10 GB for 200,000 requests and 180-250 s and 0.39 GB for 1,000,000;
+# 10,000,000 (the former maximum) was reported to run over 10 minutes and 8.6 GB.
+MAX_COUNT = 1_000_000
+MAX_TOKENS = 1 << 31  # any token count in a file (lengths, limits); contexts today reach 10M (Llama 4 Scout)
+MAX_MODEL_LEN = 1 << 24
+MAX_POOL_TOKENS = 1 << 40
+MAX_POOL_BYTES = 1 << 60  # 1 EiB per GPU
+MAX_ZIPF_RANGE = 1 << 20  # zipf keeps one weight per value
+MAX_STEP_S = 3600.0
+# vLLM's default without chunked prefill: max(max_model_len, _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048)
+# (vllm/config.py, SchedulerConfig), so the longest prompt always fits one step.
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: ``gt=0`` alone lets ``.inf`` through, and NaN fails every comparison
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Serving(_Strict):
-    model: str | None = Field(None, description="Bundled name, hub id or config.json path.")
-    gpu: str | None = None
-    gpu_memory: str | None = Field(None, description="Custom GPU memory, e.g. 24GiB.")
-    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    kv_pool_bytes: str | int | None = Field(None, description="KV pool per GPU, e.g. 12GiB; skips the fit.")
-    kv_pool_tokens: int | None = Field(None, gt=0, description="KV pool in token slots; skips the fit.")
+    model: str | None = Field(None, description="Bundled model name (kvplan models), hub id or config.json path; "
+                                                "sizes the KV bytes per token and, with a gpu, the pool.")
+    gpu: str | None = Field(None, description="GPU from the catalog (kvplan gpus): memory for the fit, bandwidth "
+                                              "and TFLOP/s for the roofline step time.")
+    gpu_memory: str | None = Field(None, description="Custom GPU memory, e.g. 24GiB (a GPU not in the catalog).")
+    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="Engine whose memory budget sizes the "
+                                                                            "pool (as kvplan fit). Default vllm.")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs a layer is split over. Default 1.")
+    pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages. Default 1.")
+    kv_cache_dtype: str = Field("auto", description="KV dtype (auto: the model's dtype; fp8, fp16, ...).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Share of GPU memory the engine "
+                                                 "may use; default: the engine's own default (vLLM: 0.9).")
+    kv_pool_bytes: str | int | None = Field(None, description="KV pool per GPU, e.g. 12GiB; skips the fit (pool "
+                                            "tokens = bytes / KV bytes per token).")
+    kv_pool_tokens: int | None = Field(None, gt=0, le=MAX_POOL_TOKENS, description="KV pool in token slots; "
+                                       "skips the fit and the bytes.")
+
+    @field_validator("kv_pool_bytes")
+    @classmethod
+    def _size(cls, value: str | int | None) -> str | int | None:
+        if value is None:
+            return value
+        try:
+            size = parse_size(value, what="size")
+        except (InputError, OverflowError, ValueError) as exc:
+            raise ValueError(str(exc) if isinstance(exc, InputError) else f"size too large (got {str(value)[:20]}...)")
+        if size > MAX_POOL_BYTES:
+            raise ValueError(f"must be at most {MAX_POOL_BYTES} bytes (1 EiB per GPU; got {str(value)[:20]})")
+        if size < 1:
+            raise ValueError("must be at least 1 byte")
+        return value
 
 
 class Constant(_Strict):
-    dist: Literal["constant"]
-    value: int = Field(ge=1)
+    dist: Literal["constant"] = Field(description="Every request has the same length.")
+    value: int = Field(ge=1, le=MAX_TOKENS, description="Tokens.")
 
 
 class Uniform(_Strict):
-    dist: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    dist: Literal["uniform"] = Field(description="Integers uniform over low..high, both included.")
+    low: int = Field(ge=1, le=MAX_TOKENS, description="Smallest length, tokens.")
+    high: int = Field(ge=1, le=MAX_TOKENS, description="Largest length, tokens (>= low).")
 
 
 class Normal(_Strict):
-    dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
+    dist: Literal["normal"] = Field(description="Gaussian, rounded; values below 1 become 1.")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean, tokens.")
+    std: float = Field(ge=0, le=MAX_TOKENS, description="Standard deviation, tokens.")
 
 
 class LogNormal(_Strict):
-    dist: Literal["lognormal"]
-    mean: float = Field(gt=0, description="The distribution's mean (tokens).")
-    sigma: float = Field(1.0, gt=0, le=4)
+    dist: Literal["lognormal"] = Field(description="Lognormal, rounded: long-tailed like chat lengths.")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="The distribution's mean (tokens), not mu.")
+    sigma: float = Field(1.0, gt=0, le=4, description="Sigma of the underlying normal (spread). Default 1.")
 
 
 class Zipf(_Strict):
-    dist: Literal["zipf"]
-    a: float = Field(1.2, gt=0)
-    low: int = Field(1, ge=1)
-    high: int = Field(ge=1)
+    dist: Literal["zipf"] = Field(description="Zipf over low..high: low is the most common length.")
+    a: float = Field(1.2, gt=0, le=20, description="Exponent: larger favours short lengths more. Default 1.2.")
+    low: int = Field(1, ge=1, le=MAX_TOKENS, description="Smallest length, tokens. Default 1.")
+    high: int = Field(ge=1, le=MAX_TOKENS, description=f"Largest length, tokens; high - low < {MAX_ZIPF_RANGE}.")
 
 
 class Empirical(_Strict):
-    dist: Literal["empirical"]
-    file: str = Field(description="CSV file; one column of token counts.")
-    column: str = Field(description="Column name.")
+    dist: Literal["empirical"] = Field(description="Lengths drawn from a CSV column, uniformly among its rows.")
+    file: str = Field(description="CSV file, relative to the workload file.")
+    column: str = Field(description="Column holding integer token counts.")
 
 
 Length = Union[Constant, Uniform, Normal, LogNormal, Zipf, Empirical]
 
 
 class Arrival(_Strict):
-    process: Literal["poisson", "gamma", "all_at_once"]
-    rate: float = Field(1.0, gt=0, description="Requests per second.")
-    cv: float = Field(1.0, gt=0, description="Gamma: coefficient of variation of the gaps (1 = Poisson).")
+    process: Literal["poisson", "gamma", "all_at_once"] = Field(
+        description="poisson (exponential gaps), gamma (gaps with a chosen cv) or all_at_once (every request at 0).")
+    rate: float = Field(1.0, gt=0, description="Requests per second (poisson, gamma). Default 1.")
+    cv: float = Field(1.0, ge=0.01, le=100, description="Gamma: coefficient of variation of the gaps (1 = Poisson, "
+                                                        "above 1 bursty). Default 1.")
 
 
 class Requests(_Strict):
-    trace: str | None = Field(None, description="CSV or JSONL trace (Azure LLM trace format works as is).")
-    limit: int | None = Field(None, ge=1, description="Use the first N trace rows.")
-    time_scale: float = Field(1.0, gt=0, description="Divide trace inter-arrival times by this.")
-    count: int | None = Field(None, ge=1, le=10_000_000)
-    seed: int = 0
-    arrival: Arrival | None = None
-    prompt_tokens: Length | None = Field(None, discriminator="dist")
-    output_tokens: Length | None = Field(None, discriminator="dist")
+    trace: str | None = Field(None, description="CSV or JSONL trace, relative to the workload file: arrival time "
+                              "(seconds or ISO time), prompt tokens, output tokens per row (the Azure LLM trace's "
+                              "TIMESTAMP,ContextTokens,GeneratedTokens works as is).")
+    limit: int | None = Field(None, ge=1, description="Use the first N trace rows (default: all).")
+    time_scale: float = Field(1.0, gt=0, description="Divide trace arrival times by this (2 = twice the rate). "
+                                                     "Default 1.")
+    count: int | None = Field(None, ge=1, description=f"Synthetic: number of requests (at most {MAX_COUNT}).")
+    seed: int = Field(0, description="Synthetic: random seed; the same seed gives the same requests. Default 0.")
+    arrival: Arrival | None = Field(None, description="Synthetic: the arrival process.")
+    prompt_tokens: Length | None = Field(None, discriminator="dist", description="Synthetic: prompt length "
+                                         "distribution (tokens, including any shared prefix).")
+    output_tokens: Length | None = Field(None, discriminator="dist", description="Synthetic: output length "
+                                         "distribution (tokens per sequence; clipped to max_model_len).")
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, count: int | None) -> int | None:
+        if count is not None and count > MAX_COUNT:
+            raise ValueError(f"at most {MAX_COUNT} requests (got {count}; a million take 3 to 4 minutes and 0.4 GB "
+                             f"on 2 cores); the memory shares settle long before: pass count: {MAX_COUNT} or fewer")
+        return count
 
 
 class Sharing(_Strict):
-    shared_prefix_tokens: int = Field(0, ge=0)
-    prefix_caching: bool = True
-    parallel_sampling: int = Field(1, ge=1, le=64)
-    beam_width: int = Field(1, ge=1, le=64)
+    shared_prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS, description=(
+        "Tokens every prompt starts with (a system prompt). Part of the prompt length, not added to it: a prompt "
+        "shorter than the prefix is raised to it (counted in a note). Must be below max_model_len. Default 0."))
+    prefix_caching: bool = Field(True, description="Paged allocators hold the shared prefix's full blocks once for "
+                                                   "all requests. Default true.")
+    parallel_sampling: int = Field(1, ge=1, le=64, description="Sequences per request (n) sharing the prompt's "
+                                                               "full blocks. Default 1.")
+    beam_width: int = Field(1, ge=1, le=64, description="Beams per request, modelled as that many sequences "
+                                                        "sharing the prompt. Default 1.")
 
 
 class Scheduler(_Strict):
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    max_model_len: int | None = Field(None, ge=2)
-    preemption: Literal["recompute", "swap"] = "recompute"
+    max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default 256 "
+                                                                 "(vLLM V0's default).")
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description=(
+        "Prompt tokens admitted per step. Default max(max_model_len, 2048), vLLM's without chunked prefill."))
+    max_model_len: int | None = Field(None, ge=2, le=MAX_MODEL_LEN, description="Longest sequence, prompt plus "
+                                      "output; default: the model's positions.")
+    preemption: Literal["recompute", "swap"] = Field("recompute", description="When a paged pool runs out: drop "
+                                                     "and prefill again (recompute) or swap to CPU. Default recompute.")
 
 
 class StepTime(_Strict):
-    model: Literal["roofline", "constant"] = "roofline"
-    seconds: float | None = Field(None, gt=0, description="Constant step time (model: constant).")
+    model: Literal["roofline", "constant"] = Field("roofline", description=(
+        "roofline: weights + KV read over the GPU's bandwidth plus prefill compute; constant: seconds per step. "
+        "Default roofline (needs serving.model and a catalog gpu)."))
+    seconds: float | None = Field(None, gt=0, le=MAX_STEP_S, description="Seconds per step (model: constant, or "
+                                                                         "when no roofline is possible).")
 
 
 class WorkloadFile(_Strict):
-    name: str | None = None
-    description: str | None = None
-    serving: Serving
-    requests: Requests
-    sharing: Sharing = Sharing()
-    scheduler: Scheduler = Scheduler()
-    allocators: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOCATORS), min_length=1)
-    placement: Literal["buddy", "first-fit"] = "buddy"
-    step_time: StepTime = StepTime()
+    name: str | None = Field(None, description="Shown in the output; default: the file name.")
+    description: str | None = Field(None, description="Free text.")
+    serving: Serving = Field(description="What serves: the model, the GPU and engine, or the KV pool directly.")
+    requests: Requests = Field(description="The traffic: a trace, or count, arrival, prompt_tokens, output_tokens.")
+    sharing: Sharing = Field(Sharing(), description="Shared prefix, parallel sampling, beams.")
+    scheduler: Scheduler = Field(Scheduler(), description="The engine's scheduler limits.")
+    allocators: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOCATORS), min_length=1, description=(
+        "KV allocators compared: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B tokens per block). "
+        f"Default {', '.join(DEFAULT_ALLOCATORS)}."))
+    placement: Literal["buddy", "first-fit"] = Field("buddy", description="How contiguous reservations are placed "
+                                                                          "in the pool. Default buddy.")
+    step_time: StepTime = Field(StepTime(), description="How long one scheduler step takes.")
 
     @field_validator("allocators")
     @classmethod
@@ -293,6 +359,9 @@ def _length(spec: Length, base: Path) -> LengthDist:
         return LengthDist(dist="empirical", values=tuple(values))
     if isinstance(spec, (Uniform, Zipf)) and spec.high < spec.low:
         raise ConfigError(f"{spec.dist}: high ({spec.high}) must be >= low ({spec.low})")
+    if isinstance(spec, Zipf) and spec.high - spec.low >= MAX_ZIPF_RANGE:
+        raise ConfigError(f"zipf: high - low must be below {MAX_ZIPF_RANGE} (got {spec.high - spec.low}); "
+                          f"lengths past max_model_len are clipped anyway")
     return LengthDist(**spec.model_dump())
 
 
@@ -303,27 +372,56 @@ def load_workload_file(path: Path) -> WorkloadFile:
     return model
 
 
-def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int) -> list[SimRequest]:
+def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
+                   notes: list[str] | None = None) -> list[SimRequest]:
+    """The requests; ``notes`` gets a line when prompts shorter than the shared prefix were raised to it."""
     base = origin.parent
     r, sh = wf.requests, wf.sharing
     n = max(sh.parallel_sampling, sh.beam_width)
+    prefix = sh.shared_prefix_tokens
     if r.trace:
         path = Path(r.trace) if Path(r.trace).is_absolute() else base / r.trace
         if not path.is_file():
             raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
         rows = read_trace(path, r.limit)
-        return [clip_request(i, t / r.time_scale, p, o, max_model_len=max_model_len, shared_prefix=sh.shared_prefix_tokens,
-                             n=n, clip_prompt=False) for i, (t, p, o) in enumerate(rows)]
+        out = []
+        raised = 0
+        for i, (t, p, o) in enumerate(rows):
+            raised += p < prefix
+            out.append(_request(origin, i, t / r.time_scale, p, o, max_model_len=max_model_len, shared_prefix=prefix,
+                                n=n, clip_prompt=False))
+        _note_raised(notes, raised, len(out), prefix)
+        return out
     missing = [k for k in ("count", "arrival", "prompt_tokens", "output_tokens") if getattr(r, k) is None]
     if missing:
         raise ConfigError(f"{origin}: requests: give a trace, or count, arrival, prompt_tokens and output_tokens "
                           f"(missing: {', '.join(missing)})")
     assert r.count and r.arrival and r.prompt_tokens and r.output_tokens
-    return synthetic_requests(
+    lengths = []
+    for key, spec in (("prompt_tokens", r.prompt_tokens), ("output_tokens", r.output_tokens)):
+        try:
+            lengths.append(_length(spec, base))
+        except ConfigError as exc:
+            raise ConfigError(f"{origin}: requests.{key}: {exc}") from None
+    draws = synthetic_draws(
         count=r.count, arrivals=Arrivals(process=r.arrival.process, rate=r.arrival.rate, cv=r.arrival.cv),
-        prompt=_length(r.prompt_tokens, base), output=_length(r.output_tokens, base), seed=r.seed,
-        max_model_len=max_model_len, shared_prefix=sh.shared_prefix_tokens, n=n,
-    )
+        prompt=lengths[0], output=lengths[1], seed=r.seed)
+    _note_raised(notes, sum(p < prefix for _, p, _ in draws), len(draws), prefix)
+    return [_request(origin, i, t, p, o, max_model_len=max_model_len, shared_prefix=prefix, n=n)
+            for i, (t, p, o) in enumerate(draws)]
+
+
+def _request(origin: Path, i: int, t: float, p: int, o: int, **kw) -> SimRequest:
+    try:
+        return clip_request(i, t, p, o, **kw)
+    except InputError as exc:
+        raise ConfigError(f"{origin}: requests: {exc}") from None
+
+
+def _note_raised(notes: list[str] | None, raised: int, total: int, prefix: int) -> None:
+    if notes is not None and raised:
+        notes.append(f"{raised} of {total} prompts were shorter than the {prefix}-token shared prefix and were "
+                     f"raised to it (the prefix is part of the prompt)")
 
 
 def preemption(wf: WorkloadFile) -> Preemption:
@@ -357,7 +455,10 @@ def resolve_workload(path: Path) -> Workload:
     max_len = wf.scheduler.max_model_len or (spec.max_model_len if spec else 0)
     if max_len < 2:
         raise ConfigError(f"{path}: scheduler.max_model_len is required when serving.model gives none")
-    requests = build_requests(wf, path, max_model_len=max_len)
+    if wf.sharing.shared_prefix_tokens >= max_len:
+        raise ConfigError(f"{path}: sharing.shared_prefix_tokens ({wf.sharing.shared_prefix_tokens}) must be below "
+                          f"max_model_len ({max_len}): every prompt includes the prefix")
+    requests = build_requests(wf, path, max_model_len=max_len, notes=notes)
     bpt = 0
     if spec is not None:
         bpt = slot_bytes_per_gpu(spec, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
@@ -378,16 +479,25 @@ def resolve_workload(path: Path) -> Workload:
                 raise ConfigError(f"{path}: serving needs a gpu (or kv_pool_bytes / kv_pool_tokens)")
             fit_result = fit(FitRequest(spec=spec, gpu=gpu, engine=s.engine, tp=s.tensor_parallel_size,
                                         pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
-                                        gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=max_len))
+                                        gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=max_len,
+                                        max_num_seqs=wf.scheduler.max_num_seqs,
+                                        max_num_batched_tokens=wf.scheduler.max_num_batched_tokens))
             pool_bytes = fit_result.kv_cache_memory_bytes
-            notes.append(f"KV pool from `kvplan fit` ({s.engine}): {pool_bytes / (1 << 30):.2f} GiB per GPU")
-        pool_tokens = pool_bytes // bpt
+            # fit's own token count (whole blocks, per the engine's layout), so simulate and fit agree
+            pool_tokens = fit_result.kv_cache_tokens
+            notes.append(f"KV pool from `kvplan fit` ({s.engine}): {pool_bytes / (1 << 30):.2f} GiB per GPU, "
+                         f"{pool_tokens} KV cache tokens")
+            if pool_bytes // bpt != pool_tokens:
+                notes.append(f"the pool's bytes over {bpt} B per token would give {pool_bytes // bpt} token slots; "
+                             f"the engine counts {pool_tokens} (whole blocks of its layout)")
+        else:
+            pool_tokens = pool_bytes // bpt
     else:
         pool_bytes = pool_tokens * bpt
     if pool_tokens < 1:
         raise ConfigError(f"{path}: the KV pool holds no token ({pool_bytes} B); give more memory or a smaller model")
 
-    mnbt = wf.scheduler.max_num_batched_tokens or max(max_len, 2048)
+    mnbt = wf.scheduler.max_num_batched_tokens or max(max_len, VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
     if wf.step_time.model == "constant" or spec is None or gpu is None or not gpu.hbm_bandwidth_bytes_per_s:
         seconds = wf.step_time.seconds
         if seconds is None:
@@ -403,11 +513,17 @@ def resolve_workload(path: Path) -> Workload:
             from kvplan.core.weights import count_params
 
             params = count_params(spec, spec.arch).active(spec.arch.moe)
-        flops = (gpu.bf16_dense_tflops or 100.0) * 1e12
+        prefill_ps = 0
+        if gpu.bf16_dense_tflops:
+            flops = gpu.bf16_dense_tflops * 1e12
+            prefill_ps = round(2 * params / (s.tensor_parallel_size * s.pipeline_parallel_size) / flops * 1e12)
+        else:
+            notes.append(f"{gpu.name} has no bf16 TFLOP/s in the catalog: prefill compute is not timed "
+                         "(steps take the weight and KV reads only)")
         step = StepModel(
             base_ps=round((weights or 0) / bw * 1e12),
             per_token_ps=round(bpt / bw * 1e12),
-            per_prefill_token_ps=round(2 * params / (s.tensor_parallel_size * s.pipeline_parallel_size) / flops * 1e12),
+            per_prefill_token_ps=prefill_ps,
         )
     n_max = max(wf.sharing.parallel_sampling, wf.sharing.beam_width)
     if wf.sharing.beam_width > 1:

@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, SimResult, rejection
+from kvplan.core.sim.model import (AllocatorSpec, SimConfig, SimRequest, SimResult, fits_budget, no_progress_reason,
+                                   prefill_cost, rejection)
 from kvplan.core.sim.placement import make_placement
 
 
@@ -110,6 +111,8 @@ class _Sim:
         self.peak_batch = 0
         self.peak_waiting = 0
         self.queue_ps = 0
+        self.busy_ps = 0  # clock over steps with something running
+        self.last_arrival = pending[-1].arrival_ps if pending else 0  # the drain starts here
         self.timeline_every = 0
         self.timeline_points = timeline_points
         self.check = False
@@ -248,11 +251,19 @@ class _Sim:
         blocked = None
         if not preempted:
             prefill, blocked = self._admit(s)
+        # progress guard (model.py rule 6): admission ran, yet nothing runs, so nothing will ever free
+        # memory or budget for the head of the queue
+        stuck = not preempted and bool(self.waiting) and not self.running
         self._account_step(s, prefill, blocked)
         if self.check:
             self._check_invariants(s)
         freed = self._complete(s)
         self.s += 1
+        if stuck:
+            why = no_progress_reason(blocked)
+            self.reasons[why] = self.reasons.get(why, 0) + 1
+            self.waiting.popleft()
+            return True
         # the next step must try to admit when someone waits and memory was freed, or the budget refills
         # for a head held back only by this step's prefill
         return bool(self.waiting) and (freed or preempted or (blocked == "budget" and prefill > 0))
@@ -297,8 +308,8 @@ class _Sim:
             if seqs + n > cfg.max_num_seqs:
                 blocked = "seqs"
                 break
-            cost = g.t if (not g.started or cfg.preemption is Preemption.RECOMPUTE) else 0
-            if cfg.max_num_batched_tokens - prefill < cost:
+            cost = prefill_cost(g.t, g.started, cfg)
+            if not fits_budget(cost, prefill, cfg):
                 blocked = "budget"
                 break
             if self.paged:
@@ -355,12 +366,15 @@ class _Sim:
             self.peak_batch = self.N
         self.steps += 1
         if self.timeline_every and self.steps % self.timeline_every == 0:
-            self._timeline_point(s, used, allocated, ext)
-        self.now += self.cfg.step.duration(used, prefill)
+            self._timeline_point(s, self.now, used, allocated, ext)
+        duration = self.cfg.step.duration(used, prefill)
+        if self.N:
+            self.busy_ps += duration
+        self.now += duration
 
-    def _timeline_point(self, s: int, used: int, allocated: int, ext: int) -> None:
+    def _timeline_point(self, s: int, now_ps: int, used: int, allocated: int, ext: int) -> None:
         internal = self._internal_now(s)
-        self.sums.timeline.append((s, used, allocated - used - internal, internal, ext,
+        self.sums.timeline.append((s, now_ps, used, allocated - used - internal, internal, ext,
                                    self.cfg.pool_slots - allocated - ext))
 
     def _complete(self, s: int) -> bool:
@@ -442,7 +456,7 @@ class _Sim:
         sums.batch += count * self.N
         if self.timeline_every:
             last = end - 1
-            self._timeline_point(last, self._used(last), self._allocated(last), ext)
+            self._timeline_point(last, self._clock_after(s0, count - 1), self._used(last), self._allocated(last), ext)
         # arrivals during the run join the queue behind its blocked head (only when someone waits)
         if self.waiting:
             last_start = self._clock_after(s0, count - 1)  # clock at the start of the run's last step
@@ -452,7 +466,10 @@ class _Sim:
                 self.waiting.append(_Group(req=r, t=r.prompt))
                 self.next_arrival += 1
             self.peak_waiting = max(self.peak_waiting, len(self.waiting))
-        self.now = self._clock_after(s0, count)
+        after = self._clock_after(s0, count)
+        if self.N:
+            self.busy_ps += after - self.now
+        self.now = after
         self.steps += count
         self.s = end
 
@@ -480,6 +497,8 @@ class _Sim:
         steps = self.steps
         denom = max(1, steps) * self.cfg.pool_slots
         seconds = (self.now - first_arrival) / 1e12 if steps else 0.0
+        busy = self.busy_ps / 1e12
+        drain = (self.now - self.last_arrival) / 1e12 if steps else 0.0
         s = self.sums
         return SimResult(
             allocator=self.alloc.name,
@@ -488,6 +507,7 @@ class _Sim:
             mean_batch_size=s.batch / max(1, steps), peak_batch_size=self.peak_batch, preemptions=self.preemptions,
             completed=self.completed, rejected=sum(self.reasons.values()), rejected_reasons=dict(self.reasons),
             makespan_steps=steps, makespan_seconds=seconds, generated_tokens=self.generated,
-            throughput_tokens_per_s=self.generated / seconds if seconds else 0.0, peak_waiting=self.peak_waiting,
+            throughput_tokens_per_s=self.generated / busy if busy else 0.0, busy_seconds=busy,
+            drain_seconds=drain, peak_waiting=self.peak_waiting,
             mean_queue_seconds=self.queue_ps / max(1, self.completed) / 1e12, timeline=tuple(s.timeline),
         )

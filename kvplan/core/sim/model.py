@@ -7,12 +7,19 @@ Semantics (one iteration = one step):
 3. unless something was preempted this step, waiting requests are admitted in order while the
    sequence limit (``max_num_seqs``), the prefill token budget (``max_num_batched_tokens``, as vLLM
    V0 schedules prompts without chunked prefill) and the allocator allow; a request's prompt is
-   prefilled at admission;
+   prefilled at admission. A recomputed request (preempted, then re-admitted under ``recompute``)
+   must prefill its prompt plus the tokens it had generated, which can exceed the whole budget: it
+   is admitted when the step's budget is still untouched (see ``fits_budget``);
 4. the step takes ``weights + KV read`` over the bandwidth plus the prefill compute (integer
    picoseconds, so every engine and the reference agree exactly);
-5. sequences that hold prompt + output tokens complete and free their memory.
+5. sequences that hold prompt + output tokens complete and free their memory;
+6. progress guard: when a step that tried to admit ends with nothing running and someone waiting,
+   nothing can ever free memory or budget for the head of the queue (arrivals only join behind it),
+   so the head is rejected with ``no_progress_blocked_by_<memory|budget|seqs>`` instead of waiting
+   forever. ``rejection`` rules these out up front; the guard makes any gap a reason, not a hang.
 Memory is counted in token slots of the pool at step 3's end, each step weighted equally over the
-busy period (steps with something running or waiting).
+busy period (steps with something running or waiting). Busy time is the clock over steps with at
+least one running sequence; throughput is generated tokens per busy second.
 """
 
 from __future__ import annotations
@@ -106,6 +113,30 @@ def allocator_spec(name: str, *, placement: str = "buddy") -> AllocatorSpec:
     raise InputError(f"unknown allocator {name!r}; use {', '.join(CONTIGUOUS)} or paged-B (e.g. paged-16)")
 
 
+def prefill_cost(tokens: int, started: bool, cfg: SimConfig) -> int:
+    """Tokens a waiting request prefills when admitted: its prompt, or under ``recompute`` everything
+    it held when preempted (a swapped-in request prefills nothing)."""
+    return tokens if (not started or cfg.preemption is Preemption.RECOMPUTE) else 0
+
+
+def fits_budget(cost: int, prefill: int, cfg: SimConfig) -> bool:
+    """Whether a prefill of ``cost`` tokens fits after ``prefill`` tokens admitted this step.
+
+    A recomputed request holds prompt + generated tokens, which may exceed ``max_num_batched_tokens``;
+    with the budget as a hard limit it could never come back and the run would never end. vLLM's v1
+    engine continues such a prefill in chunks of the budget over several steps; the simulator admits
+    it alone, when the step's budget is untouched, and charges all its tokens to that step's prefill
+    compute (the same compute, in one step instead of several). Fresh prompts over the budget are
+    rejected up front (``prompt_exceeds_max_num_batched_tokens``), so only recomputes use this.
+    """
+    return cost <= cfg.max_num_batched_tokens - prefill or prefill == 0
+
+
+def no_progress_reason(blocked: str | None) -> str:
+    """The rejection reason of a head that can never be admitted (model.py rule 6)."""
+    return f"no_progress_blocked_by_{blocked or 'unknown'}"
+
+
 def rejection(req: SimRequest, cfg: SimConfig, alloc: AllocatorSpec) -> str | None:
     """Why a request can never run under this config, or None."""
     if req.prompt >= cfg.max_model_len:
@@ -150,7 +181,10 @@ class SimResult:
     makespan_steps: int
     makespan_seconds: float
     generated_tokens: int
-    throughput_tokens_per_s: float
+    throughput_tokens_per_s: float  # generated tokens per busy second (drain included, idle gaps not)
+    busy_seconds: float  # clock time with at least one running sequence
+    drain_seconds: float  # from the last arrival to the end of the run
     peak_waiting: int
     mean_queue_seconds: float
-    timeline: tuple[tuple[int, int, int, int, int, int], ...] = ()  # (step, token, reserved, internal, external, free)
+    # (step, clock ps at the step's start, token, reserved, internal, external, free slots)
+    timeline: tuple[tuple[int, int, int, int, int, int, int], ...] = ()

@@ -82,22 +82,36 @@ class Arrivals:
         return out
 
 
+MAX_CLOCK_S = 10**9  # about 31.7 years: arrivals past this are a unit mistake, not a workload
+
+
 def clip_request(i: int, arrival_s: float, prompt: int, output: int, *, max_model_len: int, shared_prefix: int,
                  n: int, clip_prompt: bool = True) -> SimRequest:
-    """A request whose prompt is the shared prefix plus its own tokens, its output clipped to
-    max_model_len (as an engine stops there). Synthetic prompts are clipped too; a trace's prompt that
-    is too long is kept, and the simulator rejects it with its reason."""
-    prompt = max(1, prompt) + shared_prefix
+    """A request whose prompt includes the shared prefix (a prompt shorter than the prefix is raised
+    to it: every prompt starts with the prefix), its output clipped to max_model_len (as an engine
+    stops there). Synthetic prompts are clipped too; a trace's prompt that is too long is kept, and the
+    simulator rejects it with its reason."""
+    if not 0 <= arrival_s <= MAX_CLOCK_S:  # also catches inf and NaN
+        raise InputError(f"request {i} arrives at {arrival_s:g} s, past the simulator's clock ({MAX_CLOCK_S:g} s); "
+                         "raise the arrival rate or the trace's time_scale")
+    prompt = max(1, prompt, shared_prefix)
     if clip_prompt:
         prompt = min(prompt, max_model_len - 1)
     output = max(1, min(max(1, output), max_model_len - prompt))
     return SimRequest(id=i, arrival_ps=round(arrival_s * PS_PER_S), prompt=prompt, output=output, n=n)
 
 
-def synthetic_requests(*, count: int, arrivals: Arrivals, prompt: LengthDist, output: LengthDist, seed: int,
-                       max_model_len: int, shared_prefix: int = 0, n: int = 1) -> list[SimRequest]:
+def synthetic_draws(*, count: int, arrivals: Arrivals, prompt: LengthDist, output: LengthDist,
+                    seed: int) -> list[tuple[float, int, int]]:
+    """(arrival seconds, prompt tokens, output tokens) as drawn, before clipping."""
     rng = random.Random(seed)
     times = arrivals.times_s(count, rng)
     draw_prompt, draw_output = prompt.sampler(rng), output.sampler(rng)
-    return [clip_request(i, times[i], draw_prompt(), draw_output(), max_model_len=max_model_len,
-                         shared_prefix=shared_prefix, n=n) for i in range(count)]
+    return [(times[i], draw_prompt(), draw_output()) for i in range(count)]
+
+
+def synthetic_requests(*, count: int, arrivals: Arrivals, prompt: LengthDist, output: LengthDist, seed: int,
+                       max_model_len: int, shared_prefix: int = 0, n: int = 1) -> list[SimRequest]:
+    draws = synthetic_draws(count=count, arrivals=arrivals, prompt=prompt, output=output, seed=seed)
+    return [clip_request(i, t, p, o, max_model_len=max_model_len, shared_prefix=shared_prefix, n=n)
+            for i, (t, p, o) in enumerate(draws)]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, SimResult, rejection
+from kvplan.core.sim.model import (AllocatorSpec, SimConfig, SimRequest, SimResult, fits_budget, no_progress_reason,
+                                   prefill_cost, rejection)
 from kvplan.core.sim.placement import make_placement
 
 
@@ -55,7 +56,9 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
     sums = dict(token=0, reserved=0, internal=0, external=0, free=0, batch=0)
     peak_batch = peak_waiting = 0
     queue_ps = 0
+    busy_ps = 0
     first_arrival = pending[0].arrival_ps if pending else 0
+    last_arrival = pending[-1].arrival_ps if pending else 0
 
     def G(g: Group) -> int:
         return g.req.prompt // B if g.req.n > 1 else Pb
@@ -110,8 +113,8 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
                 if seqs + g.req.n > cfg.max_num_seqs:
                     blocked = "seqs"
                     break
-                cost = g.t if (not g.started or cfg.preemption is Preemption.RECOMPUTE) else 0
-                if cfg.max_num_batched_tokens - prefill < cost:
+                cost = prefill_cost(g.t, g.started, cfg)
+                if not fits_budget(cost, prefill, cfg):
                     blocked = "budget"
                     break
                 if alloc.paged:
@@ -144,6 +147,8 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
                 running.append(g)
                 seqs += g.req.n
 
+        stuck = not preempted and bool(waiting) and not running  # progress guard, applied at the step's end
+
         # accounting
         if alloc.paged:
             allocated = B * (pool_blocks - free_blocks)
@@ -167,7 +172,9 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
             sums[k] += v
         peak_batch = max(peak_batch, batch)
         steps += 1
-        now += cfg.step.duration(used, prefill)
+        duration = cfg.step.duration(used, prefill)
+        busy_ps += duration if batch else 0
+        now += duration
 
         # completion
         for g in list(running):
@@ -181,8 +188,14 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
                     for off in g.offsets:
                         place.free(off)  # type: ignore[union-attr]
 
+        if stuck:  # nothing ran after admission: nothing will ever free room for the head
+            why = no_progress_reason(blocked)
+            reasons[why] = reasons.get(why, 0) + 1
+            waiting.popleft()
+
     denom = max(1, steps) * cfg.pool_slots
     seconds = (now - first_arrival) / 1e12 if steps else 0.0
+    busy = busy_ps / 1e12
     return SimResult(
         allocator=alloc.name,
         token_states_frac=sums["token"] / denom, reserved_frac=sums["reserved"] / denom,
@@ -190,6 +203,7 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
         free_frac=sums["free"] / denom, mean_batch_size=sums["batch"] / max(1, steps), peak_batch_size=peak_batch,
         preemptions=preemptions, completed=completed, rejected=sum(reasons.values()), rejected_reasons=reasons,
         makespan_steps=steps, makespan_seconds=seconds, generated_tokens=generated,
-        throughput_tokens_per_s=generated / seconds if seconds else 0.0, peak_waiting=peak_waiting,
+        throughput_tokens_per_s=generated / busy if busy else 0.0, busy_seconds=busy,
+        drain_seconds=(now - last_arrival) / 1e12 if steps else 0.0, peak_waiting=peak_waiting,
         mean_queue_seconds=queue_ps / max(1, completed) / 1e12,
     )

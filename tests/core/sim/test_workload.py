@@ -39,3 +39,17 @@ def test_zipf_uniform_empirical_bounds_and_seed():
     e = make(LengthDist(dist="empirical", values=(7, 11)), LengthDist(dist="normal", mean=40, std=5), seed=3)
     assert {r.prompt for r in e} == {7, 11}
     assert e == make(LengthDist(dist="empirical", values=(7, 11)), LengthDist(dist="normal", mean=40, std=5), seed=3)
+
+
+def test_shared_prefix_is_part_of_the_prompt_and_the_clock_is_bounded():
+    from kvplan.core.sim.workload import MAX_CLOCK_S, clip_request
+    from kvplan.errors import InputError
+
+    kw = dict(max_model_len=2048, shared_prefix=256, n=1)
+    assert clip_request(0, 0.0, 300, 10, **kw).prompt == 300  # includes the prefix, not 556
+    assert clip_request(0, 0.0, 100, 10, **kw).prompt == 256  # raised to the prefix
+    assert clip_request(0, 0.0, 5000, 10, **kw).final_len == 2048  # clipped to max_model_len
+    assert clip_request(0, MAX_CLOCK_S, 10, 10, **kw).arrival_ps == MAX_CLOCK_S * 10**12
+    for bad in (MAX_CLOCK_S * 1.001, float("inf"), float("nan"), -1.0):
+        with pytest.raises(InputError, match="past the simulator's clock"):
+            clip_request(0, bad, 10, 10, **kw)

@@ -86,6 +86,9 @@ def simulate(
     allocator: Optional[list[str]] = typer.Option(None, "--allocator", "-a", help="Allocator to simulate, repeatable "
                                                   "(contiguous-max, contiguous-pow2, contiguous-oracle, paged-B); "
                                                   "default: the file's allocators."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Engine whose budget sizes the pool, "
+                                                                    "optionally pinned: vllm==0.11.0 (default: "
+                                                                    "the file's serving.engine)."),
     placement: Optional[str] = typer.Option(None, "--placement", help="Contiguous placement: buddy or first-fit; "
                                             "default: the file's placement (buddy when it names none)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: memory timeline and breakdown per "
@@ -103,7 +106,7 @@ def simulate(
     from kvplan.io.examples import resolve_input
     from kvplan.io.workload import resolve_workload
 
-    w = resolve_workload(resolve_input(workload_file, "workload"))
+    w = resolve_workload(resolve_input(workload_file, "workload"), engine=engine)
     if allocator or placement:
         names = allocator or [a.name for a in w.allocators]
         where = placement or (w.allocators[0].placement if w.allocators else "buddy")

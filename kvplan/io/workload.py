@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, StepModel, allocator_spec
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_draws
-from kvplan.errors import ConfigError, InputError
+from kvplan.errors import ConfigError, InputError, KvplanError
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_model
 
@@ -49,13 +49,15 @@ class Serving(_Strict):
     gpu: str | None = Field(None, description="GPU from the catalog (kvplan gpus): memory for the fit, bandwidth "
                                               "and TFLOP/s for the roofline step time.")
     gpu_memory: str | None = Field(None, description="Custom GPU memory, e.g. 24GiB (a GPU not in the catalog).")
-    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="Engine whose memory budget sizes the "
-                                                                            "pool (as kvplan fit). Default vllm.")
+    engine: str = Field("vllm", description="Engine whose memory budget sizes the pool (as kvplan fit): vllm "
+                                            "(default), sglang or trtllm, optionally pinned to the release you "
+                                            "run, e.g. vllm==0.11.0 (no version: the newest rules; see `kvplan "
+                                            "engines`).")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs a layer is split over. Default 1.")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages. Default 1.")
     kv_cache_dtype: str = Field("auto", description="KV dtype (auto: the model's dtype; fp8, fp16, ...).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Share of GPU memory the engine "
-                                                 "may use; default: the engine's own default (vLLM: 0.9).")
+                                                 "may use; default: the release's own (vLLM: 0.9, 0.92 from 0.20).")
     kv_pool_bytes: str | int | None = Field(None, description="KV pool per GPU, e.g. 12GiB; skips the fit (pool "
                                             "tokens = bytes / KV bytes per token).")
     kv_pool_tokens: int | None = Field(None, gt=0, le=MAX_POOL_TOKENS, description="KV pool in token slots; "
@@ -76,6 +78,17 @@ class Serving(_Strict):
             raise ValueError("must be at least 1 byte")
         return value
 
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        from kvplan.core.profiles import parse_engine
+
+        try:
+            parse_engine(value, allowed=("vllm", "sglang", "trtllm"))
+        except KvplanError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 class Constant(_Strict):
     dist: Literal["constant"] = Field(description="Every request has the same length.")
@@ -439,8 +452,9 @@ def pool_override(wf: WorkloadFile) -> tuple[int | None, int | None]:
     return size, s.kv_pool_tokens
 
 
-def resolve_workload(path: Path) -> Workload:
-    """Read a workload file and turn it into requests, a simulator config and allocators."""
+def resolve_workload(path: Path, *, engine: str | None = None) -> Workload:
+    """Read a workload file and turn it into requests, a simulator config and allocators; ``engine``
+    (NAME or NAME==VERSION) overrides the file's serving.engine."""
     from kvplan.core.capacity.common import FitRequest, model_weights
     from kvplan.core.capacity.fit import fit
     from kvplan.core.sizing import slot_bytes_per_gpu
@@ -448,6 +462,11 @@ def resolve_workload(path: Path) -> Workload:
     from kvplan.io.models import load_model
 
     wf = load_workload_file(path)
+    if engine is not None:
+        from kvplan.core.profiles import parse_engine
+
+        parse_engine(engine, allowed=("vllm", "sglang", "trtllm"))  # a clear error before any work
+        wf = wf.model_copy(update={"serving": wf.serving.model_copy(update={"engine": engine})})
     s = wf.serving
     notes: list[str] = []
     spec = load_model(s.model) if s.model else None
@@ -477,7 +496,11 @@ def resolve_workload(path: Path) -> Workload:
         if pool_bytes is None:
             if gpu is None:
                 raise ConfigError(f"{path}: serving needs a gpu (or kv_pool_bytes / kv_pool_tokens)")
-            fit_result = fit(FitRequest(spec=spec, gpu=gpu, engine=s.engine, tp=s.tensor_parallel_size,
+            from kvplan.core.profiles import parse_engine
+
+            choice = parse_engine(s.engine)
+            fit_result = fit(FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile,
+                                        tp=s.tensor_parallel_size,
                                         pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
                                         gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=max_len,
                                         max_num_seqs=wf.scheduler.max_num_seqs,
@@ -485,7 +508,8 @@ def resolve_workload(path: Path) -> Workload:
             pool_bytes = fit_result.kv_cache_memory_bytes
             # fit's own token count (whole blocks, per the engine's layout), so simulate and fit agree
             pool_tokens = fit_result.kv_cache_tokens
-            notes.append(f"KV pool from `kvplan fit` ({s.engine}): {pool_bytes / (1 << 30):.2f} GiB per GPU, "
+            notes.append(f"KV pool from `kvplan fit` ({choice.name} {choice.version} rules): "
+                         f"{pool_bytes / (1 << 30):.2f} GiB per GPU, "
                          f"{pool_tokens} KV cache tokens")
             if pool_bytes // bpt != pool_tokens:
                 notes.append(f"the pool's bytes over {bpt} B per token would give {pool_bytes // bpt} token slots; "

@@ -43,6 +43,8 @@ COMMANDS = [
     ["fit", "gemma3-27b", "--gpu", "L4", "--engine", "sglang"],
     ["fit", "qwen3-32b", "--engine", "vllm==0.11.0", "--gpu-memory", "79.18GiB", "--max-model-len", "16000"],
     ["check", "example"],
+    ["simulate", "vllm-paper-sharegpt"],
+    ["simulate", "llama3.1-8b-long-chat", "--engine", "vllm==0.11.0"],
     ["explain", f"{LOGS}/v1_0_9_mistral_small31_24b_tp2.log", "--model", "mistral-7b", "--gpu", "L40S"],
     ["explain", f"{LOGS}/v0_7_1_qwen25_32b_l40s_tp2.log", "--model", "qwen2.5-72b"],
 ]

@@ -85,27 +85,34 @@ def gpt3_misprint() -> str:
 
 # Shipped logs with what `explain` needs that the log does not say (tests/cli/test_explain_cli.py).
 EXPLAIN_CASES = [
-    ("v0_h100_small_model_cudagraph.log", "Qwen3-0.6B, H100", ["--model", str(CONFIGS / "qwen3-0.6b.json")],
-     "KV blocks"),
-    ("v0_7_1_qwen25_32b_l40s_tp2.log", "Qwen2.5-32B tp2, L40S", ["--model", str(CONFIGS / "qwen2.5-32b.json")],
-     "KV blocks"),
-    ("v0_6_4_llama31_8b_rtx3090_20k.log", "Llama-3.1-8B, RTX 3090", ["--model", "llama3-8b", "--gpu", "RTX-3090"],
-     "KV blocks"),
-    ("v1_0_9_mistral_small31_24b_tp2.log", "Mistral-Small-24B tp2, L40S",
-     ["--model", str(CONFIGS / "mistral-small-3.1-24b.json"), "--gpu", "L40S", "-tp", "2"], "KV cache tokens"),
+    # (log, what, vLLM release (as logged, or from SOURCES.md), explain's flags, the figure replayed)
+    ("v0_6_4_llama31_8b_rtx3090_20k.log", "Llama-3.1-8B, RTX 3090", "0.6.4 (V0)",
+     ["--model", "llama3.1-8b", "--gpu", "RTX-3090", "--engine", "vllm==0.6.4"], "KV blocks"),
+    ("v0_7_1_qwen25_32b_l40s_tp2.log", "Qwen2.5-32B tp2, L40S", "0.7.1 (V0)",
+     ["--model", str(CONFIGS / "qwen2.5-32b.json")], "KV blocks"),
+    ("v0_8_2_opt125m_fp32_16gb_windows.log", "OPT-125m fp32, 16 GiB", "0.8.2 (V0)",
+     ["--model", str(CONFIGS / "opt-125m.json")], "KV blocks"),
+    ("v0_h100_small_model_cudagraph.log", "Qwen3-0.6B, H100", ">= 0.8.4 (V0)",
+     ["--model", str(CONFIGS / "qwen3-0.6b.json"), "--engine", "vllm==0.8.4"], "KV blocks"),
+    ("v1_0_9_mistral_small31_24b_tp2.log", "Mistral-Small-24B tp2, L40S", "0.9.2.dev (V1)",
+     ["--model", str(CONFIGS / "mistral-small-3.1-24b.json"), "--gpu", "L40S", "-tp", "2", "--engine", "vllm==0.9.2"],
+     "KV cache tokens"),
+    ("v1_0_21_qwen3_8b_a5000_cg_subtracted.log", "Qwen3-8B, RTX A5000", "0.21.0 (V1, graphs subtracted)",
+     ["--model", "qwen3-8b", "--gpu-memory", "23.99GiB", "--engine", "vllm==0.21.0", "--max-num-batched-tokens",
+      "8192"], "KV cache tokens"),
 ]
 
 
 def explain_accuracy() -> str:
     out = ["| log | vLLM | logged | from the log's KV memory | KV memory logged | kvplan from model, GPU, settings |",
            "|---|---|---|---|---|---|"]
-    for log, what, args, figure in EXPLAIN_CASES:
+    for log, what, release, args, figure in EXPLAIN_CASES:
         data = kvplan_json("explain", str(LOGS / log), *args)
         rows = {r["figure"]: r for r in data["rows"]}
         fig, kv = rows[figure], rows["KV cache memory"]
         kv_pred = (f"{kv['predicted'] / GiB:.2f} GiB ({100 * kv['predicted_error_frac']:+.1f}%)"
                    if kv["predicted"] is not None and kv["logged"] else "-")
-        out.append(f"| {what} | {data['vllm_version'] or '?'} | {fig['logged']:,.0f} {figure.split()[-1]} | "
+        out.append(f"| {what} | {release} | {fig['logged']:,.0f} {figure.split()[-1]} | "
                    f"{fig['replayed']:,.0f} ({100 * fig['replayed_error_frac']:+.2f}%) | "
                    f"{(kv['logged'] or 0) / GiB:.2f} GiB | {kv_pred} |")
     return "\n".join(out)

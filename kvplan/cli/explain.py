@@ -13,8 +13,8 @@ from kvplan.cli.format import format_bytes, make_console, new_table, print_json,
 from kvplan.errors import KvplanError
 
 if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
-    from kvplan.core.capacity.common import FitResult
-    from kvplan.core.capacity.explain import ExplainRow
+    from kvplan.core.capacity.common import FitRequest, FitResult
+    from kvplan.core.capacity.explain import ExplainRow, Replay
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.vllm_log import VLLMLog
 
@@ -31,21 +31,68 @@ def _cell(row: ExplainRow, value: float | None) -> str:
     return f"{int(value):,}"
 
 
-def _gpu_for(log: VLLMLog, gpu: Optional[str]) -> GPUSpec | None:
+def _gpu_for(log: VLLMLog, gpu: Optional[str], gpu_memory: Optional[str] = None) -> GPUSpec | None:
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
 
-    if gpu:
-        return get_gpu(gpu)
+    if gpu or gpu_memory:
+        return get_gpu(gpu, memory=gpu_memory)
     if log.total_gpu_memory_bytes:
         return closest_gpu_by_memory(log.total_gpu_memory_bytes) or GPUSpec(
             name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
     return None
 
 
+def _profile(log: VLLMLog, engine: Optional[str], notes: list[str]) -> Any:
+    if engine:
+        from kvplan.core.profiles import parse_engine
+        from kvplan.core.profiles.vllm import v0_variant
+
+        choice = parse_engine(engine, allowed=("vllm",))
+        if choice.note and choice.asked:
+            notes.append(choice.note)
+        return v0_variant(choice.profile) if log.generation == "V0" else choice.profile
+    from kvplan.core.profiles.vllm import for_log
+
+    profile, assumed = for_log(log.version, log.generation)
+    if assumed:
+        notes.append(assumed)
+    return profile
+
+
+def _replay(req: FitRequest, log: VLLMLog) -> Replay:
+    """kvplan's arithmetic fed the log's own figures (kvplan/core/capacity/explain.py says which)."""
+    from kvplan.core.capacity.explain import LOGGED_GIB_HALF_UNIT, Replay
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.core.units import GiB
+
+    measured = dataclasses.replace(req, weights_memory=log.weights_bytes, activation_memory=log.activation_bytes,
+                                   non_torch_memory=log.non_torch_bytes,
+                                   cuda_graph_memory=log.cuda_graph_estimate_bytes or log.cuda_graph_bytes)
+    budget = None
+    subtracts = req.engine_profile().rules.cuda_graphs == "subtracted"
+    if (log.total_gpu_memory_bytes and log.gpu_memory_utilization and None not in (
+            log.weights_bytes, log.activation_bytes, log.non_torch_bytes)
+            and (log.cuda_graph_estimate_bytes is not None or not subtracts)):
+        gpu = GPUSpec(name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
+        budget = fit(dataclasses.replace(measured, gpu=gpu, gpu_memory_utilization=log.gpu_memory_utilization))
+    if log.kv_cache_memory_bytes is None:
+        return Replay(budget=budget)
+    kv = log.kv_cache_memory_bytes
+    half = int(LOGGED_GIB_HALF_UNIT * GiB)
+
+    def at(kv_bytes: int) -> FitResult:
+        return fit(dataclasses.replace(measured, kv_cache_memory_bytes=kv_bytes))
+
+    return Replay(budget=budget, kv=at(kv), kv_low=at(kv - half), kv_high=at(kv + half))
+
+
 def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Optional[int] = None,
-             engine: Optional[str] = None) -> tuple[FitResult | None, FitResult | None, list[str]]:
+             engine: Optional[str] = None, max_num_seqs: Optional[int] = None,
+             ) -> tuple[FitResult | None, Replay, list[str], Any]:
     from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.explain import Replay
     from kvplan.core.capacity.fit import fit
     from kvplan.io.models import load_model
 
@@ -54,44 +101,31 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Option
     if ref is None or gpu is None:
         notes.append("no prediction: " + ("the log names no model (no 'Initializing ... LLM engine' line); "
                                            "pass --model NAME" if ref is None
-                                           else "the log gives no GPU memory (pass --gpu)"))
-        return None, None, notes
+                                           else "the log gives no GPU memory (pass --gpu or --gpu-memory)"))
+        return None, Replay(), notes, None
     try:
         spec = load_model(ref)
     except KvplanError as exc:
         notes.append(f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)")
-        return None, None, notes
-    if engine:
-        from kvplan.core.profiles import parse_engine
-        from kvplan.core.profiles.vllm import v0_variant
-
-        choice = parse_engine(engine, allowed=("vllm",))
-        profile = v0_variant(choice.profile) if log.generation == "V0" else choice.profile
-        if choice.note and choice.asked:
-            notes.append(choice.note)
-    else:
-        from kvplan.core.profiles.vllm import for_log
-
-        profile, assumed = for_log(log.version, log.generation)
-        if assumed:
-            notes.append(assumed)
+        return None, Replay(), notes, None
+    if log.dtype and log.dtype != spec.dtype and log.dtype in ("float32", "float16", "bfloat16"):
+        # the engine's dtype (e.g. opt-125m's float16 upcast to float32 on a GPU without fp16 support) sets
+        # both the weights and the KV cache
+        notes.append(f"the log runs {spec.name} in {log.dtype} (the config says {spec.dtype})")
+        spec = dataclasses.replace(spec, dtype=log.dtype)
+    profile = _profile(log, engine, notes)
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
     max_len = log.max_seq_len or log.concurrency_tokens
     req = FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
                      gpu_memory_utilization=log.gpu_memory_utilization,
                      max_model_len=max_len, block_size=log.block_size, enforce_eager=bool(log.enforce_eager),
-                     max_num_batched_tokens=log.max_num_batched_tokens, profile=profile)
+                     max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=max_num_seqs, profile=profile)
     predicted = fit(req)
-    replayed = None
-    if log.kv_cache_memory_bytes is not None:
-        replayed = fit(dataclasses.replace(
-            req, kv_cache_memory_bytes=log.kv_cache_memory_bytes, weights_memory=log.weights_bytes,
-            activation_memory=log.activation_bytes, non_torch_memory=log.non_torch_bytes,
-            cuda_graph_memory=log.cuda_graph_bytes))
+    replay = _replay(req, log)
     notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}, "
                  f"with the rules of {profile.display} {profile.version}")
-    return predicted, replayed, notes
+    return predicted, replay, notes, profile
 
 
 @app.command()
@@ -101,8 +135,19 @@ def explain(
                                                                     "log names, matched to a bundled config)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU (default: the catalog GPU whose memory "
                                                                 "matches the logged total within 2%)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Memory of one GPU as the driver reports "
+                                                                        "it, e.g. 23.99GiB, for a GPU not in the "
+                                                                        "catalog (default: from --gpu or the log)."),
     tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="Tensor parallel size (default: "
                                                                                "the log's, else 1)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the log's "
+                                                                              "max_seq_len or concurrency line, "
+                                                                              "else the model's)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens of the profiling batch (default: the log's, else the "
+                                               "release's OpenAI-server default; the LLM class uses more)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per batch (default: the "
+                                                                            "release's default for the GPU)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vllm==X.Y.Z: the release that wrote the log "
                                                                       "(default: the version the log prints)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
@@ -112,11 +157,15 @@ def explain(
     from kvplan.io.vllm_log import read_vllm_log
 
     log = read_vllm_log(log_path)
-    gpu_spec = _gpu_for(log, gpu)
-    predicted, replayed, notes = _predict(log, model, gpu_spec, tp, engine)
-    rows = explain_rows(log.figures(), predicted, replayed)
+    gpu_spec = _gpu_for(log, gpu, gpu_memory)
+    if max_num_batched_tokens is not None:
+        log.max_num_batched_tokens = max_num_batched_tokens
+    if max_model_len is not None:
+        log.max_seq_len = max_model_len
+    predicted, replay, notes, profile = _predict(log, model, gpu_spec, tp, engine, max_num_seqs)
+    rows = explain_rows(log.figures(), predicted, replay)
     if as_json:
-        print_json(_json(log, gpu_spec, rows, notes))
+        print_json(_json(log, gpu_spec, rows, notes, profile))
         return
     console.print(f"[bold]{log_path}[/]: vLLM {log.version or '?'} ({log.generation or 'format unknown'}), "
                   f"model {log.model or '?'}, tp {log.tensor_parallel_size or '?'}, "
@@ -124,7 +173,7 @@ def explain(
     for note in notes:
         console.print(f"[dim]{note}[/]")
     table = new_table("figure", "logged", "kvplan", "err", "replayed", "err", numeric="*",
-                      title="Logged figures; kvplan's prediction; replayed = kvplan from the log's own budget")
+                      title="Logged figures; kvplan's prediction; replayed = kvplan from the log's own measurements")
     for row in rows:
         def err(v: float | None) -> str:
             e = row.error_frac(v)
@@ -140,11 +189,14 @@ def explain(
         console.print(f"of the {format_bytes(int(budget))} vLLM may use: {shown}")
 
 
-def _json(log: VLLMLog, gpu: GPUSpec | None, rows: list[ExplainRow], notes: list[str]) -> dict[str, Any]:
+def _json(log: VLLMLog, gpu: GPUSpec | None, rows: list[ExplainRow], notes: list[str], profile: Any) -> dict[str, Any]:
     return {
         "log": log.path, "vllm_version": log.version, "format": log.generation, "model": log.model,
+        "profile": None if profile is None else {"version": profile.version, "display": profile.display,
+                                                 "v1": profile.rules.v1, "cuda_graphs": profile.rules.cuda_graphs},
         "gpu": gpu.name if gpu else None, "logged": log.figures(), "notes": notes,
         "rows": [{"figure": r.figure, "unit": r.unit, "logged": r.logged, "predicted": r.predicted,
                   "predicted_error_frac": r.error_frac(r.predicted), "replayed": r.replayed,
-                  "replayed_error_frac": r.error_frac(r.replayed)} for r in rows],
+                  "replayed_error_frac": r.error_frac(r.replayed), "replayed_low": r.replayed_low,
+                  "replayed_high": r.replayed_high, "replay_miss": r.replay_miss()} for r in rows],
     }

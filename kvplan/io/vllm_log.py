@@ -50,6 +50,13 @@ def _gib(text: str) -> int:
     return int(round(value * GiB))
 
 
+def _fraction(text: str) -> float:
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise ValueError(text)
+    return value
+
+
 def _int(text: str) -> int:
     return int(_float(text))
 
@@ -78,7 +85,12 @@ class VLLMLog:
     max_concurrency: float | None = None
     concurrency_tokens: int | None = None
     num_gpu_blocks: int | None = None
-    cuda_graph_bytes: int | None = None
+    cuda_graph_bytes: int | None = None  # measured after capture ("Graph capturing finished", "pool memory ... (actual)")
+    cuda_graph_estimate_bytes: int | None = None  # 0.18+: "Estimated CUDA graph memory: X GiB total"
+    cuda_graph_sizes: int | None = None  # batch sizes captured (PIECEWISE), from the progress bar or the profiling line
+    # 0.21+: "--gpu-memory-utilization=U is equivalent to --gpu-memory-utilization=U' without CUDA graph memory
+    # profiling": U - U' of the card went to the CUDA-graph estimate
+    gpu_memory_utilization_without_graphs: float | None = None
     matched: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, object]:
@@ -125,6 +137,20 @@ _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
     ("concurrency", "Maximum concurrency for", re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")),
     ("blocks", " blocks: ", re.compile(rf"(?:# )?(?:GPU|CUDA|cuda|gpu) blocks: {_NUM}")),
     ("graphs", "Graph capturing finished", re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} ?GiB")),
+    ("graph_estimate", "Estimated CUDA graph memory", re.compile(rf"Estimated CUDA graph memory: {_NUM} ?GiB total")),
+    ("graph_pool", "CUDA graph pool memory", re.compile(
+        rf"CUDA graph pool memory: {_NUM} ?GiB \(actual\), {_NUM} ?GiB \(estimated\)")),
+    ("graph_profile", "Profiling CUDA graph memory", re.compile(r"Profiling CUDA graph memory: PIECEWISE=([0-9]{1,6})")),
+    # V0 "Capturing CUDA graph shapes: 100%|###| 35/35"; V1 0.2x "Capturing CUDA graphs (mixed prefill-decode,
+    # PIECEWISE): 100%|###| 19/19" (the FULL decode bar is a second capture of the decode sizes, not counted)
+    ("graph_bar", "Capturing CUDA graph", re.compile(
+        r"Capturing CUDA graph(?: shapes|s \((?:[a-z -]{0,40}, )?PIECEWISE\)): 100%\|[^|]{0,400}\| ?([0-9]{1,6})/([0-9]{1,6})")),
+    # 0.21+: subtracted by default; 0.18-0.19: "increase --gpu-memory-utilization from 0.7000 to 0.7021"
+    ("util_equivalent", "is equivalent to --gpu-memory-utilization", re.compile(
+        rf"--gpu-memory-utilization={_NUM} is equivalent to --gpu-memory-utilization={_NUM} without")),
+    ("util_hint", "increase --gpu-memory-utilization from", re.compile(
+        rf"increase --gpu-memory-utilization from {_NUM} to {_NUM}")),
+    ("eager", "Cudagraph is disabled under eager mode", re.compile(r"Cudagraph is disabled under eager mode")),
 ]
 _V0_RESULTS = "Memory profiling results:"
 _V0_KEYS = ("total_gpu_memory", "peak_torch_memory", "non_torch_memory", "kv_cache_size", "gpu_memory_utilization")
@@ -181,6 +207,19 @@ def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
         log.num_gpu_blocks = _int(g[0])
     elif name == "graphs":
         log.cuda_graph_bytes = _gib(g[1])
+    elif name == "graph_estimate":
+        log.cuda_graph_estimate_bytes = _gib(g[0])
+    elif name == "graph_pool":
+        log.cuda_graph_bytes, log.cuda_graph_estimate_bytes = _gib(g[0]), _gib(g[1])
+    elif name in ("graph_profile", "graph_bar"):
+        log.cuda_graph_sizes = _int(g[-1])
+    elif name == "util_equivalent":
+        log.gpu_memory_utilization = _fraction(g[0])
+        log.gpu_memory_utilization_without_graphs = _fraction(g[1])
+    elif name == "util_hint":
+        log.gpu_memory_utilization = _fraction(g[0])
+    elif name == "eager":
+        log.enforce_eager = True
     return None
 
 

@@ -1,4 +1,13 @@
-"""`kvplan explain` on real vLLM startup logs (tests/fixtures/vllm_logs, sources in SOURCES.md)."""
+"""`kvplan explain` on real vLLM startup logs (tests/fixtures/vllm_logs, sources in SOURCES.md).
+
+Each reproduced log is explained with the profile of the release that wrote it and checked three ways:
+- the block (or token) count replayed from the logged KV memory lies within 1 block of the logged count,
+  beyond the 0.005 GiB to which the log rounds that memory ("replay_miss");
+- the KV memory replayed from the logged budget components is within 1% of the logged one, where the log
+  prints the components;
+- kvplan's prediction from the model, GPU and settings alone is reported beside it (its error is in
+  docs/calibration-points.md, section "explain").
+"""
 
 from __future__ import annotations
 
@@ -13,6 +22,8 @@ from kvplan.cli import app
 runner = CliRunner()
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 LOGS = FIXTURES / "vllm_logs"
+CONFIGS = FIXTURES / "configs"
+BLOCK = 16  # tokens per block in every reproduced log (vLLM's default)
 
 
 def explain(log: str, *args: str) -> dict:
@@ -25,26 +36,100 @@ def rows(out: dict) -> dict[str, dict]:
     return {row["figure"]: row for row in out["rows"]}
 
 
-# (log, extra args, figure checked by replay, predicted KV memory tolerance)
-CASES = [
-    ("v0_h100_small_model_cudagraph.log", ["--model", str(FIXTURES / "configs" / "qwen3-0.6b.json")], "KV blocks", 0.01),
-    ("v0_7_1_qwen25_32b_l40s_tp2.log", ["--model", str(FIXTURES / "configs" / "qwen2.5-32b.json")], "KV blocks", 0.05),
-    # 0.6.4 counted 0.35 GiB of non-torch memory (an older definition): 0.2 GiB is 5% of this small KV cache
-    ("v0_6_4_llama31_8b_rtx3090_20k.log", ["--model", "llama3-8b", "--gpu", "RTX-3090"], "KV blocks", 0.08),
-    ("v1_0_9_mistral_small31_24b_tp2.log", ["--model", str(FIXTURES / "configs" / "mistral-small-3.1-24b.json"),
-                                            "--gpu", "L40S", "-tp", "2"], "KV cache tokens", None),
+# (log, release (as logged, or from SOURCES.md), args, figure replayed, KV prediction tolerance or None)
+# Releases the log does not print are passed with --engine; settings the log does not print with flags.
+REPRODUCED = [
+    # 0.6.4's one-line format (inferred from the format and date); 0.6.4 counted 0.35 GiB of non-torch memory,
+    # an older definition: 0.2 GiB is 5% of this small KV cache
+    ("v0_6_4_llama31_8b_rtx3090_20k.log", "0.6.4",
+     ["--model", "llama3.1-8b", "--gpu", "RTX-3090", "--engine", "vllm==0.6.4"], "KV blocks", 0.08),
+    ("v0_7_1_qwen25_32b_l40s_tp2.log", "0.7.1", ["--model", str(CONFIGS / "qwen2.5-32b.json")], "KV blocks", 0.05),
+    # bitsandbytes 4-bit: the budget is negative and vLLM allocates 0 blocks; kvplan's prediction (bf16
+    # weights: it has no bitsandbytes format) is reported, also 0 blocks
+    ("v0_7_3_qwen25_7b_bnb4_rtx4060.log", "0.7.3", ["--model", "qwen2.5-7b-instruct"], "KV blocks", None),
+    # V0 on 0.8.2 (Windows build), opt-125m upcast to fp32 (the log's dtype is applied to the config)
+    ("v0_8_2_opt125m_fp32_16gb_windows.log", "0.8.2", ["--model", str(CONFIGS / "opt-125m.json")], "KV blocks", 0.05),
+    # the V0 code path; the version is not in the excerpt: Qwen3 needs >= 0.8.4 (inferred, SOURCES.md)
+    ("v0_h100_small_model_cudagraph.log", "0.8.4",
+     ["--model", str(CONFIGS / "qwen3-0.6b.json"), "--engine", "vllm==0.8.4"], "KV blocks", 0.01),
+    # ~0.8.x V0 (inferred); the model is inferred from 512 KiB per token (Llama-2-7B shape). Its activation
+    # (2.38 GiB) is far above kvplan's estimate: the deployment's settings (LoRA?) are not in the log
+    ("v0_8_h100_k8s_table_border.log", "0.8.0", ["--model", "llama2-7b", "--engine", "vllm==0.8.0"], "KV blocks", 0.05),
+    # V1 ~0.9.2.dev; GPU not stated: L40S inferred from 16.20 GiB of KV beside 24B weights at tp 2
+    ("v1_0_9_mistral_small31_24b_tp2.log", "0.9.2",
+     ["--model", str(CONFIGS / "mistral-small-3.1-24b.json"), "--gpu", "L40S", "-tp", "2", "--engine", "vllm==0.9.2"],
+     "KV cache tokens", 0.05),
+    # V1 0.21.0 (stated in the issue): CUDA-graph estimate subtracted by default. RTX A5000 (24,564 MiB);
+    # the example runs the LLM class, whose default max_num_batched_tokens is 8192 on GPUs below 70 GiB
+    ("v1_0_21_qwen3_8b_a5000_cg_subtracted.log", "0.21.0",
+     ["--model", "qwen3-8b", "--gpu-memory", "23.99GiB", "--engine", "vllm==0.21.0", "--max-num-batched-tokens", "8192"],
+     "KV cache tokens", 0.05),
 ]
 
 
-@pytest.mark.parametrize("log,args,figure,kv_tol", CASES)
-def test_replaying_the_logged_budget_gives_the_logged_blocks(log, args, figure, kv_tol):
+@pytest.mark.parametrize("log,release,args,figure,kv_tol", REPRODUCED, ids=[c[0] for c in REPRODUCED])
+def test_explain_reproduces_the_logged_capacity(log, release, args, figure, kv_tol):
     out = explain(log, *args)
     table = rows(out)
-    # from the log's own KV memory (rounded to 0.01 GiB in the log), kvplan's block layout gives its count
-    assert abs(table[figure]["replayed_error_frac"]) < 0.002, table[figure]
-    if kv_tol is not None:  # from the model, GPU and settings alone, estimates included
-        assert abs(table["KV cache memory"]["predicted_error_frac"]) < kv_tol, table["KV cache memory"]
-        assert abs(table["weights"]["predicted_error_frac"]) < 0.01
+    row = table[figure]
+    per_block = BLOCK if row["unit"] == "tokens" else 1
+    # the count replayed from the logged KV memory is within 1 block, beyond the log's 0.005 GiB rounding
+    assert row["replay_miss"] is not None and row["replay_miss"] <= per_block, row
+    assert row["replayed_low"] <= row["replayed"] <= row["replayed_high"]
+    kv = table["KV cache memory"]
+    if kv["replayed"] is not None and kv["logged"] < 0:  # over budget: vLLM and kvplan allocate nothing
+        assert kv["replayed"] == 0 and row["logged"] == row["replayed"] == 0
+    elif kv["replayed"] is not None:  # the log prints the budget's components: they add up as the release does
+        assert abs(kv["replayed_error_frac"]) < 0.01, kv
+    # kvplan's prediction from the model, GPU and settings alone is reported beside it
+    assert kv["predicted"] is not None and row["predicted"] is not None
+    if kv_tol is not None:
+        assert abs(kv["predicted_error_frac"]) < kv_tol, kv
+    assert out["profile"] is not None
+
+
+def test_reproduced_logs_cover_five_releases_v0_v1_and_cuda_graph_subtraction():
+    profiles = [explain(log, *args)["profile"] for log, _, args, _, _ in REPRODUCED]
+    releases = {release for _, release, _, _, _ in REPRODUCED}
+    assert len(releases) >= 5
+    assert {p["v1"] for p in profiles} == {False, True}
+    assert {p["cuda_graphs"] == "subtracted" for p in profiles} == {False, True}
+
+
+def test_v0_breakdown_without_a_block_count_replays_the_kv_memory():
+    # DeepSeek-V3 AWQ, tp 16, 0.8.3rc2 (model, tp, max_model_len and max_num_seqs from the author's earlier run):
+    # the excerpt has no block count, so only the budget is replayed. kvplan's prediction reads the bf16
+    # config (no AWQ format), so its weights are twice the logged ones: the prediction is far off (no KV left).
+    out = explain("v0_8_3_deepseek_v3_awq_tp16_24gb.log", "--model", "deepseek-v3", "-tp", "16", "--engine",
+                  "vllm==0.8.3", "--max-model-len", "8192", "--max-num-seqs", "8")
+    kv = rows(out)["KV cache memory"]
+    assert abs(kv["replayed_error_frac"]) < 0.01
+    assert rows(out)["KV blocks"]["logged"] is None
+
+
+def test_v1_0_8_prediction_is_reported_without_a_replay():
+    # V1 0.8 prints no KV memory, so nothing is replayed; its profile charged ~5.6 GiB more than kvplan's
+    # estimates (docs/calibration-points.md B1), so the prediction is high by about a quarter
+    out = explain("v1_0_8_llama31_8b_l40s.log", "--model", "llama3.1-8b", "--gpu", "L40S", "--engine", "vllm==0.8.5")
+    tokens = rows(out)["KV cache tokens"]
+    assert tokens["replayed"] is None and tokens["predicted"] is not None
+    assert 0.1 < tokens["predicted_error_frac"] < 0.4
+
+
+@pytest.mark.parametrize("log", ["v1_0_18_hybrid_mamba_cg_estimate_not_applied.log", "v1_0_27_tp2_cg_estimate_applied.log",
+                                 "v1_recent_windows_cg_actual_vs_estimate.log", "v1_omni_stage_prefix_eager_32k.log"])
+def test_logs_without_a_model_explain_what_is_missing(log):
+    out = explain(log)
+    assert any("no prediction" in n for n in out["notes"])
+    assert out["profile"] is None
+
+
+def test_cuda_graph_lines_are_shown():
+    out = explain("v1_recent_windows_cg_actual_vs_estimate.log")
+    table = rows(out)
+    assert table["CUDA graphs"]["logged"] == round(0.11 * (1 << 30))
+    assert table["CUDA graph estimate"]["logged"] == round(0.14 * (1 << 30))
+    assert out["logged"]["cuda_graph_sizes"] == 19
 
 
 def test_every_fixture_parses_into_some_figures():
@@ -53,6 +138,13 @@ def test_every_fixture_parses_into_some_figures():
         assert r.exit_code == 0, (log.name, r.output)
         out = json.loads(r.stdout)
         assert any(v is not None for k, v in out["logged"].items() if k.endswith(("bytes", "tokens", "blocks"))), log.name
+
+
+def test_table_output_has_no_traceback():
+    r = runner.invoke(app, ["explain", str(LOGS / "v1_0_21_qwen3_8b_a5000_cg_subtracted.log"), "--model", "qwen3-8b",
+                            "--gpu-memory", "23.99GiB"])
+    assert r.exit_code == 0, r.output
+    assert "CUDA graph estimate" in r.stdout and "Traceback" not in r.output
 
 
 def test_v0_format_is_recognised_and_version_read():
@@ -72,3 +164,9 @@ def test_not_a_vllm_log_exits_2(tmp_path):
     path.write_text("starting\nready\n")
     r = runner.invoke(app, ["explain", str(path)])
     assert r.exit_code == 2 and "no vLLM memory lines found" in r.stderr
+
+
+def test_bad_gpu_memory_exits_2():
+    r = runner.invoke(app, ["explain", str(LOGS / "v1_0_21_qwen3_8b_a5000_cg_subtracted.log"), "--model", "qwen3-8b",
+                            "--gpu-memory", "0.5GiB"])
+    assert r.exit_code == 2, r.output

@@ -116,3 +116,46 @@ def test_log_is_streamed_not_read_whole(tmp_path):
     path.write_bytes(V1.encode() + b"\xff\x00 garbage\n")
     with pytest.raises(ConfigError, match=r"line 7: not UTF-8 text"):
         read_vllm_log(path)
+
+
+NEW_LINES = """\
+(EngineCore_DP0 pid=181642) [Stage-0] INFO 02-02 18:25:03 [gpu_worker.py:358] Available KV cache memory: 100.43 GiB
+\u2502 INFO 03-21 20:15:46 [executor_base.py:111] # cuda blocks: 7191, # CPU blocks: 512
+(Worker_TP1 pid=448) INFO 08-14 14:07:20 [gpu_model_runner.py:6681] Profiling CUDA graph memory: PIECEWISE=16 (largest=16)
+(Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total
+(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling.
+"""
+
+
+def test_prefixed_lines_and_cuda_graph_estimate():
+    log = parse_vllm_log(NEW_LINES)
+    assert log.kv_cache_memory_bytes == round(100.43 * GiB) and log.num_gpu_blocks == 7191
+    assert log.cuda_graph_estimate_bytes == round(0.36 * GiB) and log.cuda_graph_sizes == 16
+    assert log.gpu_memory_utilization == 0.82 and log.gpu_memory_utilization_without_graphs == 0.8048
+
+
+@pytest.mark.parametrize("line,attr,value", [
+    ("INFO 05-26 [gpu_worker.py:621] CUDA graph pool memory: 0.11 GiB (actual), 0.14 GiB (estimated), difference: 0.03 "
+     "GiB (25.0%).", "cuda_graph_estimate_bytes", round(0.14 * GiB)),
+    ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|\u2588\u2588\u2588| 19/19 [00:00<00:00, 26.06it/s]",
+     "cuda_graph_sizes", 19),
+    ("Capturing CUDA graph shapes: 100%|\u2588\u2588\u2588\u2588| 35/35 [00:16<00:00,  2.18it/s]", "cuda_graph_sizes", 35),
+    ("Capturing CUDA graphs (decode, FULL): 100%|\u2588\u2588| 11/11 [00:00<00:00, 29.99it/s]", "cuda_graph_sizes", None),
+    ("INFO [gpu_worker.py:490] In v0.19, CUDA graph memory profiling will be enabled by default. To try it now, set "
+     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.7000 to 0.7021 to "
+     "maintain", "gpu_memory_utilization", 0.7),
+    ("[Stage-2] INFO 02-02 18:25:01 [vllm.py:765] Cudagraph is disabled under eager mode", "enforce_eager", True),
+])
+def test_newer_lines(line, attr, value):
+    assert getattr(parse_vllm_log(line), attr) == value
+
+
+def test_utilization_out_of_range_is_a_clear_error():
+    with pytest.raises(ConfigError, match="line 1: util_equivalent"):
+        parse_vllm_log("--gpu-memory-utilization=7.5 is equivalent to --gpu-memory-utilization=0.8 without it", "x.log")
+
+
+@pytest.mark.parametrize("repeat", ["Capturing CUDA graphs (a, PIECEWISE): 100%|", "is equivalent to --gpu-memory-utilization"])
+def test_new_patterns_parse_long_lines_in_linear_time(tmp_path, repeat):
+    text = "INFO " + repeat * (600_000 // len(repeat)) + "\n"
+    assert _parse_in_subprocess(text, tmp_path) == "[]"

@@ -28,17 +28,38 @@ ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN = 27  # at 2-byte activations; scaled by t
 # ``vllm/v1/worker/gpu_model_runner.py:_dummy_sampler_run``. V0 showed no such term (Table A: the
 # activation line passes through zero).
 SAMPLER_COPIES = 2
-# Non-torch memory after vLLM's init snapshot: 0.03-0.16 GiB at tp 1 (Table A: A2, A5, A6, A10, A11),
-# 0.20-0.30 GiB with NCCL (A1, A3, A4).
+# Non-torch memory after vLLM's init snapshot (0.6.5+ meaning: the increase during the profile run): 0.03-0.16
+# GiB at tp 1 (Table A: A2, A5, A6, A10, A11; the k8s H100 log 0.16), 0.20-0.30 GiB with NCCL (A1, A3, A4).
 NON_TORCH_TP1_BYTES = 160 * MiB
 NON_TORCH_MULTI_GPU_BYTES = 300 * MiB
-# CUDA graphs (Table C): memory per captured batch size, per layer and per hidden unit on one TP rank.
-# V1 piecewise: Gemma-3-1B (26 layers x 1152) 0.44 GiB and Llama-3.1-8B (32 x 4096) 2.02 GiB, both 67
-# sizes: 235 and 247 B (C2, C4). V0: Qwen3-0.6B 0.13 GiB, Llama-3.2-1B 0.21 GiB, a 49B model 3.34 GiB,
-# 35 sizes each: 139, 197 and 156 B (C1, C3, C5). vLLM 0.18+ subtracts its own estimate, which is also
-# linear in the number of sizes (first capture + per graph x (n - 1); docs/engine-versions-research.md 2c).
-CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1 = 238
+# CUDA graphs: memory per captured batch size, per layer and per hidden unit on one TP rank, by era
+# (docs/calibration-points.md Table C; the number of sizes from kvplan/core/profiles/vllm.py::capture_sizes).
+# V0 (captured after the KV cache, measured by "Graph capturing finished ... took"): Qwen3-0.6B 0.13 GiB,
+# Llama-3.2-1B 0.21 GiB, a 49B model 3.34 GiB, 35 sizes each: 142, 197 and 156 B (C1, C3, C5); mean 165.
 CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0 = 164
+# V1 piecewise, 0.7-0.17 (measured after capture): Gemma-3-1B (26 layers x 1152) 0.44 GiB and Llama-3.1-8B
+# (32 x 4096) 2.02 GiB, both 67 sizes: 235 and 247 B (C2, C4).
+CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1 = 238
+# V1 0.18+: vLLM profiles the graphs itself and logs "Estimated CUDA graph memory: X GiB total" (subtracted
+# from the KV budget from 0.20): Qwen3-8B (36 x 4096), 51 PIECEWISE sizes (+35 FULL decode graphs sharing the
+# pool), 0.52 GiB on vLLM 0.21.0 (C6, LMCache#3430): 74 B. A single point: the graph pool shrank threefold
+# from the 0.8 era (graph memory is shared across sizes), so the older constant would over-charge 3x.
+CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1_PROFILED = 74
+
+# The error bands of the estimates on the calibration points (tests/core/capacity/test_estimates.py checks
+# every point lies inside its band). The lead flags a fit "borderline" when its margin is smaller than these.
+# Activation, dense bf16 text models (A1, A5, A7, A8; and C6's activation + non-torch, 0.21): errors +2.2%,
+# -8.3%, -0.5%, +0.0%, -1.6%: the band is 10%. Outside it (not covered): bitsandbytes (-74%, A2), MoE/MLA
+# (DeepSeek-V3 AWQ tp16 +300%, A4), fp32 tiny models where the sampler dominates (opt-125m -84%, A6),
+# multimodal/encoder-decoder (A10, A11) and V1 0.8 (residual 5.6 GiB, B1).
+ACTIVATION_ERROR_FRAC = 0.10
+# Non-torch (0.6.5+ meaning): largest |kvplan - logged| is 0.13 GiB (0.03 logged on Windows/WSL at tp 1, A2,
+# A6; 0.20 at tp 16 vs 0.29, A4). 0.6.4 counted more (0.35 GiB, A7): 0.19 GiB off, outside the band.
+NON_TORCH_ERROR_BYTES = 140 * MiB
+# CUDA graphs: V0 +15%, -17%, +5% (C1, C3, C5); V1 piecewise +1%, -4% (C2, C4); V1 profiled 0% (one point,
+# C6, so the band is the V0 one): 20%.
+CUDA_GRAPH_ERROR_FRAC = 0.20
+
 
 def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int,
                           last_stage: bool = True, sampler_run: bool = True) -> int:
@@ -54,7 +75,20 @@ def non_torch_bytes(tp: int, pp: int) -> int:
     return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_MULTI_GPU_BYTES
 
 
-def cuda_graph_bytes(spec: ModelSpec, *, num_graphs: int, tp: int, pp: int, v1: bool = True) -> int:
-    """Memory of ``num_graphs`` captured batch sizes on one GPU (0 when eager)."""
-    per = CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1 if v1 else CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0
+CUDA_GRAPH_ERAS = {"v0": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0, "v1": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1,
+                   "v1_profiled": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1_PROFILED}
+
+
+def cuda_graph_era(rules: object) -> str:
+    """The CUDA-graph calibration era of a vLLM release's rules (kvplan/core/profiles/vllm.py::VLLMRules)."""
+    if not getattr(rules, "v1", True):
+        return "v0"
+    return "v1" if getattr(rules, "cuda_graphs", "after_kv") == "after_kv" else "v1_profiled"
+
+
+def cuda_graph_bytes(spec: ModelSpec, *, num_graphs: int, tp: int, pp: int, v1: bool = True,
+                     era: str | None = None) -> int:
+    """Memory of ``num_graphs`` captured batch sizes on one GPU (0 when eager). ``era``: a key of
+    CUDA_GRAPH_ERAS (default: "v1" or "v0" by ``v1``)."""
+    per = CUDA_GRAPH_ERAS[era or ("v1" if v1 else "v0")]
     return per * num_graphs * -(-spec.num_layers // pp) * spec.hidden_size // tp

@@ -206,7 +206,7 @@ def fit_vllm(req: FitRequest) -> FitResult:
         nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated,
                                lambda: estimates.non_torch_bytes(req.tp, req.pp))
         cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
-            spec, num_graphs=len(graphs), tp=req.tp, pp=req.pp, v1=rules.v1))
+            spec, num_graphs=len(graphs), tp=req.tp, pp=req.pp, era=estimates.cuda_graph_era(rules)))
         if req.kv_cache_memory_bytes is not None:
             kv = req.kv_cache_memory_bytes
         else:

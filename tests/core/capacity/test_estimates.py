@@ -1,0 +1,98 @@
+"""kvplan's estimates against the measured calibration points (docs/calibration-points.md), each within the
+error band estimates.py records for it; and the bands are no wider than the points need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvplan.core.capacity import estimates
+from kvplan.core.profiles import Version
+from kvplan.core.profiles.vllm import VLLM_PROFILES, capture_sizes, v0_variant
+from kvplan.io.models import load_model
+
+GiB = 1 << 30
+CONFIGS = Path(__file__).parent.parent.parent / "fixtures" / "configs"
+
+
+def model(ref: str):
+    return load_model(str(CONFIGS / ref) if ref.endswith(".json") else ref)
+
+
+# (point, model, batched tokens, max_num_seqs, tp, V1 sampler run, logged activation GiB)
+ACTIVATION = [
+    ("A1 Qwen2.5-32B tp2 10k, 0.7.1", "qwen2.5-32b.json", 10000, 256, 2, False, 1.26),
+    ("A5 Qwen3-0.6B 8k, V0", "qwen3-0.6b.json", 8192, 256, 1, False, 0.23),
+    ("A7 Llama-3.1-8B 20k, 0.6.4", "llama3.1-8b", 20000, 256, 1, False, 2.07),
+    ("A8 Llama-3.1-8B 29k, 0.6.4", "llama3.1-8b", 29000, 256, 1, False, 2.99),
+]
+
+
+def activation(ref: str, tokens: int, seqs: int, tp: int, v1: bool) -> int:
+    return estimates.activation_peak_bytes(model(ref), tokens=tokens, max_num_seqs=seqs, tp=tp, act_bytes=2,
+                                           sampler_run=v1)
+
+
+@pytest.mark.parametrize("point,ref,tokens,seqs,tp,v1,logged", ACTIVATION, ids=[a[0] for a in ACTIVATION])
+def test_activation_within_its_band(point, ref, tokens, seqs, tp, v1, logged):
+    err = activation(ref, tokens, seqs, tp, v1) / (logged * GiB) - 1
+    assert abs(err) <= estimates.ACTIVATION_ERROR_FRAC, (point, err)
+
+
+def test_activation_plus_non_torch_on_v1_0_21():
+    # C6 (LMCache#3430, vLLM 0.21.0, RTX A5000 23.99 GiB, Qwen3-8B): 23.99 x 0.9764 - weights 15.26 - CUDA-graph
+    # estimate 0.52 - KV 6.37 = 1.27 GiB of activation + non-torch; the LLM class's 8192 tokens, 256 sequences
+    residual = 23.99 * 0.9764 - 15.26 - 0.52 - 6.37
+    estimate = activation("qwen3-8b", 8192, 256, 1, True) + estimates.non_torch_bytes(1, 1)
+    assert abs(estimate / (residual * GiB) - 1) <= estimates.ACTIVATION_ERROR_FRAC
+
+
+@pytest.mark.parametrize("tp,logged", [(1, 0.16), (1, 0.16), (1, 0.03), (1, 0.03), (1, 0.04), (2, 0.30), (2, 0.25),
+                                       (16, 0.20)])
+def test_non_torch_within_its_band(tp, logged):
+    # A5, the k8s H100 log, A6, A2, A11 at tp 1; A1, A3, A4 with NCCL (0.6.5+ meaning)
+    assert abs(estimates.non_torch_bytes(tp, 1) - logged * GiB) <= estimates.NON_TORCH_ERROR_BYTES
+
+
+def _profile(version: str, v0: bool = False):
+    profile = next(p for p in VLLM_PROFILES if p.covers(Version.parse(version)))
+    return v0_variant(profile) if v0 else profile
+
+
+# (point, model, release, V0 engine, max_num_seqs, max_num_batched_tokens, logged GiB)
+GRAPHS = [
+    ("C1 Qwen3-0.6B V0", "qwen3-0.6b.json", "0.8.4", True, 256, 8192, 0.13),
+    ("C4 Llama-3.1-8B V1 0.7.4", "llama3.1-8b", "0.8.0", False, 256, 2048, 2.02),  # 67 sizes up to 512
+    ("C6 Qwen3-8B V1 0.21.0 (vLLM's estimate)", "qwen3-8b", "0.21.0", False, 256, 8192, 0.52),
+]
+
+
+@pytest.mark.parametrize("point,ref,release,v0,seqs,mnbt,logged", GRAPHS, ids=[g[0] for g in GRAPHS])
+def test_cuda_graphs_within_their_band(point, ref, release, v0, seqs, mnbt, logged):
+    rules = _profile(release, v0).rules
+    sizes = capture_sizes(rules, max_num_seqs=seqs, max_num_batched_tokens=mnbt)
+    estimate = estimates.cuda_graph_bytes(model(ref), num_graphs=len(sizes), tp=1, pp=1,
+                                          era=estimates.cuda_graph_era(rules))
+    assert abs(estimate / (logged * GiB) - 1) <= estimates.CUDA_GRAPH_ERROR_FRAC, (point, len(sizes), estimate / GiB)
+
+
+def test_graph_counts_match_the_logs():
+    # the 0.21 log prints PIECEWISE=51 (largest=512); V0 captures 35 sizes at max_num_seqs 256; V1 0.8: 67
+    assert len(capture_sizes(_profile("0.21.0").rules, max_num_seqs=256, max_num_batched_tokens=8192)) == 51
+    assert len(capture_sizes(_profile("0.8.4", True).rules, max_num_seqs=256, max_num_batched_tokens=8192)) == 35
+    assert len(capture_sizes(_profile("0.8.0").rules, max_num_seqs=256, max_num_batched_tokens=2048)) == 67
+
+
+def test_graph_eras_follow_the_release():
+    assert estimates.cuda_graph_era(_profile("0.8.4", True).rules) == "v0"
+    assert estimates.cuda_graph_era(_profile("0.9.2").rules) == "v1"
+    assert estimates.cuda_graph_era(_profile("0.18.0").rules) == "v1_profiled"
+    assert estimates.cuda_graph_era(_profile("0.27.0").rules) == "v1_profiled"
+
+
+def test_bands_are_tight():
+    # a band far wider than its worst point would flag every fit "borderline": each is within 1.5x the worst error
+    worst_act = max(abs(activation(r, t, s, tp, v1) / (g * GiB) - 1) for _, r, t, s, tp, v1, g in ACTIVATION)
+    assert worst_act <= estimates.ACTIVATION_ERROR_FRAC <= 1.5 * worst_act
+    assert estimates.NON_TORCH_ERROR_BYTES <= 1.5 * abs(estimates.non_torch_bytes(1, 1) - 0.03 * GiB)

@@ -10,6 +10,12 @@ Sources:
   8 and 4): asymmetric, per-token per-head, one fp16 scale and one fp16 zero point per head vector.
 - nvfp4: NVIDIA "Introducing NVFP4" (2025): 4-bit E2M1 values, one FP8 E4M3 scale per block of 16
   values, plus one FP32 scale per tensor (not per token).
+- fp8_per_token_head, int8_per_token_head: vLLM's per-token-head quantized caches (from 0.20.0): the
+  dense 8-bit page plus one fp32 scale per token, head and K/V, i.e. 2 x block x kv_heads x 4 B a page
+  (0.20.0: vllm/v1/kv_cache_interface.py::AttentionSpec.page_size_bytes).
+- fp8_ds_mla: vLLM's sparse-MLA layout for DeepSeek V3.2 (from 0.11.0): 656 B per token per layer,
+  512 fp8 latent values + 4 fp32 scales (one per 128 values) + 64 bf16 RoPE values
+  (0.11.0: vllm/v1/kv_cache_interface.py::MLAAttentionSpec.page_size_bytes, ``block_size * 656``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ class KVDtype:
     scale: ScaleGranularity = ScaleGranularity.NONE
     scale_bytes: int = 0  # bytes per vector (VECTOR) or per group (GROUP)
     group_elems: int = 0  # elements per scale group (GROUP only)
+    # A kernel's fixed token layout (fp8_ds_mla): every vector of ``fixed_for_elems`` elements takes
+    # ``fixed_vector_bytes``, mixed widths and scales included; other vector lengths have no layout.
+    fixed_vector_bytes: int = 0
+    fixed_for_elems: int = 0
     description: str = ""
 
     def data_bytes(self, num_elems: int) -> int:
@@ -50,6 +60,11 @@ class KVDtype:
 
     def vector_bytes(self, num_elems: int) -> int:
         """Bytes one stored vector (one token, one head) takes, scales included."""
+        if self.fixed_vector_bytes:
+            if num_elems != self.fixed_for_elems:
+                raise InputError(f"{self.name} is a fixed layout for {self.fixed_for_elems}-element vectors "
+                                 f"(MLA latent 512 + RoPE 64); this layer stores {num_elems}: use fp8 or auto")
+            return self.fixed_vector_bytes
         return self.data_bytes(num_elems) + self.scale_bytes_for(num_elems)
 
     @property
@@ -89,6 +104,30 @@ _DTYPES: dict[str, KVDtype] = {
             scale_bytes=1,  # one FP8 E4M3 scale ...
             group_elems=16,  # ... per 16 values (NVIDIA NVFP4)
             description="NVFP4 (E2M1), FP8 scale per 16 values",
+        ),
+        KVDtype(
+            name="fp8_per_token_head",
+            bits=8,
+            scale=ScaleGranularity.VECTOR,
+            scale_bytes=4,  # one fp32 scale per token, head and K/V (vLLM 0.20.0 AttentionSpec.page_size_bytes)
+            description="FP8, per-token-head fp32 scale (vLLM)",
+        ),
+        KVDtype(
+            name="int8_per_token_head",
+            bits=8,
+            scale=ScaleGranularity.VECTOR,
+            scale_bytes=4,  # one fp32 scale per token, head and K/V (vLLM 0.20.0 AttentionSpec.page_size_bytes)
+            description="INT8, per-token-head fp32 scale (vLLM)",
+        ),
+        KVDtype(
+            name="fp8_ds_mla",
+            bits=8,
+            scale=ScaleGranularity.GROUP,
+            scale_bytes=4,  # one fp32 scale ...
+            group_elems=128,  # ... per 128 fp8 latent values
+            fixed_vector_bytes=512 + 4 * 4 + 64 * 2,  # = 656: fp8 latent, fp32 scales, bf16 RoPE (vLLM 0.11.0)
+            fixed_for_elems=512 + 64,
+            description="vLLM sparse-MLA layout: 656 B per 512+64 latent",
         ),
     )
 }

@@ -40,6 +40,17 @@ class FitRequest:
     profile: Any = None
     num_gpu_blocks_override: int | None = None  # vLLM --num-gpu-blocks-override
     disable_hybrid_kv_cache_manager: bool = False  # vLLM: sliding layers then hold every token
+    # Total memory of each GPU, rank order (tp x pp entries) when they differ; None: every rank has gpu's.
+    # vLLM plans every rank with the smallest of its pipeline stage, then the smallest block count.
+    gpu_memory_per_rank: tuple[int, ...] | None = None
+    # vLLM --mamba-cache-mode: "none" (a Mamba layer holds 1 + num_speculative_tokens blocks a request) or
+    # "align" (prefix caching: 2 + num_speculative_tokens); from 0.16.0.
+    mamba_cache_mode: str = "none"
+    num_speculative_tokens: int = 0  # vLLM speculative decoding: extra Mamba state blocks a request
+    # vLLM attention backend (FLASHMLA, FLASHMLA_SPARSE, CUTLASS_MLA, FLASHINFER_MLA, ...): picks the
+    # block size of MLA models; None: the release's default (FlashMLA's 64 from 0.9.0).
+    attention_backend: str | None = None
+    auto_fit_max_model_len: bool = False  # vLLM max_model_len = -1: the longest that fits (from 0.14.0)
 
     def engine_profile(self) -> Any:
         from kvplan.core.profiles import registry

@@ -45,6 +45,14 @@ class VLLMRules:
     estimate_capped: bool  # the max-model-len estimate searches only up to the configured max_model_len
     override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
     hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
+    # Layers of one attention type whose pages differ (other head sizes or KV heads) form one group
+    # whose block costs the sum of their pages (UniformTypeKVCacheSpecs); before, pages were unified.
+    uniform_type_group: bool = False
+    auto_fit: bool = False  # max_model_len = -1 picks the longest that fits
+    # --mamba-cache-mode: a Mamba layer holds 1 + speculative blocks a request (none) or 2 + speculative
+    # (align, with prefix caching); before, one block.
+    mamba_cache_modes: bool = False
+    layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
 
 
 _OLDEST = VLLMRules(
@@ -105,19 +113,33 @@ def _profiles() -> tuple[EngineProfile, ...]:
     at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
        kv_cache_memory_bytes=True)
     at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
-                  "(0.11.0: vllm/v1/core/kv_cache_utils.py)",), capacity_log="blocks_per_group")
+                  "(0.11.0: vllm/v1/core/kv_cache_utils.py)",
+                  "layers of one type with different page sizes share one group, a block costing the sum of "
+                  "their pages (0.11.0: kv_cache_interface.py::UniformTypeKVCacheSpecs; absent in 0.10.2)",
+                  "--kv-cache-dtype fp8_ds_mla: 656 B per token per sparse-MLA layer "
+                  "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)"),
+       capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",))
     at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",),
        capture="v1_2x_seqs_step16")
     at("0.14.0", ("async scheduling on by default: two batches in flight "
-                  "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",), async_default=True)
+                  "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
+                  "max_model_len = -1 fits the longest context the KV memory holds "
+                  "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"), async_default=True, auto_fit=True)
+    at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
+                  "num_speculative_blocks with 'align' (prefix caching) "
+                  "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
+       mamba_cache_modes=True)
     at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
                   "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
                   "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",),
        cuda_graphs="estimated_not_subtracted")
     at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
                   "'default since v0.21.0')",
-                  "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)"),
-       cuda_graphs="subtracted", default_utilization=0.92)
+                  "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)",
+                  "--kv-cache-dtype fp8_per_token_head / int8_per_token_head: the dense page plus 2 x block x "
+                  "kv_heads x 4 B of fp32 scales (0.20.0: kv_cache_interface.py::AttentionSpec.page_size_bytes)"),
+       cuda_graphs="subtracted", default_utilization=0.92,
+       layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"))
     at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
                   "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
                   "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),

@@ -155,3 +155,115 @@ def test_sglang_sliding_only_model_needs_only_its_window_per_request():
     assert r.max_concurrency == pytest.approx(r.kv_cache_tokens / 4096)
     hybrid = fit(given(spec=load_model("gemma2-9b"), engine="sglang", max_model_len=8192))
     assert 0 < hybrid.max_concurrency <= hybrid.kv_cache_tokens / 8192 * 2
+
+
+# --- vLLM inputs beyond the model and GPU (FitRequest fields) -------------------------------------------
+
+def test_num_gpu_blocks_override_replaces_blocks_and_from_0_20_1_the_fit_check():
+    spec = load_model("llama3-8b")  # 128 KiB per token: 2 MiB a 16-token block
+    base = dict(spec=spec, kv_cache_memory_bytes=8 * GiB, max_model_len=8192, num_gpu_blocks_override=100)
+    old, new = fit(given(profile=vllm("0.20.0"), **base)), fit(given(profile=vllm("0.20.1"), **base))
+    assert old.num_blocks == new.num_blocks == 100
+    assert old.fits and old.max_model_len_fit == 8192  # 0.20.0 checks the memory: 4096 blocks
+    assert not new.fits and new.max_model_len_fit == 100 * 16  # the override's 100 blocks hold 1600 tokens
+    assert "--num-gpu-blocks-override 100 replaces the 4096 blocks" in " ".join(new.notes)
+
+
+def test_disable_hybrid_kv_cache_manager_sizes_sliding_layers_as_full():
+    spec = load_model("gemma3-27b")
+    on = fit(given(spec=spec, kv_cache_memory_bytes=20 * GiB, max_model_len=32768, profile=vllm("0.11.0")))
+    off = fit(given(spec=spec, kv_cache_memory_bytes=20 * GiB, max_model_len=32768, profile=vllm("0.11.0"),
+                    disable_hybrid_kv_cache_manager=True))
+    assert off.max_concurrency < on.max_concurrency
+    assert any("groups the layers" in n for n in on.notes) and not any("groups the layers" in n for n in off.notes)
+    assert any("--disable-hybrid-kv-cache-manager" in n for n in off.notes)
+
+
+def test_gpus_of_different_memory_plan_with_the_smallest():
+    spec = load_model("llama3-8b")
+    mixed = fit(given(spec=spec, tp=2, gpu_memory_per_rank=(80 * GiB, 40 * GiB)))
+    small = fit(given(spec=spec, tp=2, gpu=GPUSpec(name="test-40", memory_bytes=40 * GiB)))
+    assert mixed.num_blocks == small.num_blocks and mixed.kv_cache_memory_bytes == small.kv_cache_memory_bytes
+    assert any("plans with the smallest, 40.00 GiB" in n for n in mixed.notes)
+    # pp: each stage plans with its own smallest GPU, and the pool with the smallest stage
+    staged = fit(given(spec=spec, pp=2, gpu_memory_per_rank=(80 * GiB, 40 * GiB)))
+    assert staged.num_blocks == fit(given(spec=spec, pp=2, gpu=GPUSpec(name="t", memory_bytes=40 * GiB))).num_blocks
+    with pytest.raises(InputError, match="lists 3 GPUs; tp 2 x pp 1 needs 2"):
+        fit(given(spec=spec, tp=2, gpu_memory_per_rank=(80 * GiB,) * 3))
+
+
+def test_layers_with_different_head_sizes_share_one_group_from_0_11():
+    from kvplan.core.spec import AttentionLayer
+    from tests.factories import make_spec
+
+    layers = [AttentionLayer(num_kv_heads=8, k_head_dim=256, v_head_dim=256)] * 2 + [
+        AttentionLayer(num_kv_heads=8, k_head_dim=128, v_head_dim=128)] * 2
+    spec = make_spec(layers, dtype="bf16", num_attention_heads=32, max_model_len=4096)
+    r = fit(given(spec=spec, kv_cache_memory_bytes=GiB, profile=vllm("0.11.0")))
+    page = 16 * 8 * 2 * 2  # one token of one head-128 layer is 8 x 2 x 128 x 2 B; a 16-token block x 128
+    assert r.page_size_bytes == 2 * (2 * page * 128) + 2 * (page * 128)  # every layer's page, summed
+    assert r.num_blocks == GiB // r.page_size_bytes and any("different page sizes" in n for n in r.notes)
+
+
+def test_per_token_head_and_ds_mla_dtypes_by_release():
+    from kvplan.errors import ConfigError
+
+    spec = load_model("llama3-8b")  # 32 layers x 8 KV heads x 128
+    r = fit(given(spec=spec, kv_cache_memory_bytes=GiB, kv_dtype="fp8_per_token_head", profile=vllm("0.20.0")))
+    assert r.page_size_bytes == 32 * (16 * 8 * 2 * 128 + 2 * 16 * 8 * 4)  # dense fp8 page + fp32 scales
+    with pytest.raises(ConfigError, match="no --kv-cache-dtype fp8_per_token_head \\(from 0.20.0\\)"):
+        fit(given(spec=spec, kv_cache_memory_bytes=GiB, kv_dtype="fp8_per_token_head", profile=vllm("0.19.0")))
+    ds = load_model("deepseek-v3")
+    r = fit(given(spec=ds, kv_cache_memory_bytes=GiB, kv_dtype="fp8_ds_mla", profile=vllm("0.11.0")))
+    assert r.block_size == 64 and r.page_size_bytes == ds.num_layers * 64 * 656
+    with pytest.raises(ConfigError, match="from 0.11.0"):
+        fit(given(spec=ds, kv_cache_memory_bytes=GiB, kv_dtype="fp8_ds_mla", profile=vllm("0.10.2")))
+    with pytest.raises(InputError, match="fixed layout"):
+        fit(given(spec=spec, kv_cache_memory_bytes=GiB, kv_dtype="fp8_ds_mla", profile=vllm("0.11.0")))
+
+
+def test_mla_block_size_follows_the_attention_backend():
+    ds = load_model("deepseek-v3")
+    sizes = {b: fit(given(spec=ds, kv_cache_memory_bytes=GiB, attention_backend=b)).block_size
+             for b in ("FLASHMLA", "flashmla-sparse", "CUTLASS_MLA", "FLASHINFER_MLA", "TRITON_MLA")}
+    assert sizes == {"FLASHMLA": 64, "flashmla-sparse": 64, "CUTLASS_MLA": 128, "FLASHINFER_MLA": 64, "TRITON_MLA": 16}
+    assert fit(given(spec=ds, kv_cache_memory_bytes=GiB, attention_backend="FLASHINFER_MLA", block_size=32)).block_size == 32
+    with pytest.raises(InputError, match="CUTLASS_MLA backend takes block size 128, not 64"):
+        fit(given(spec=ds, kv_cache_memory_bytes=GiB, attention_backend="CUTLASS_MLA", block_size=64))
+    with pytest.raises(InputError, match="no MLA layers"):
+        fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB, attention_backend="CUTLASS_MLA"))
+    with pytest.raises(InputError, match="unknown vLLM attention backend"):
+        fit(given(spec=ds, kv_cache_memory_bytes=GiB, attention_backend="NOPE"))
+
+
+def test_mamba_cache_mode_align_holds_two_state_blocks():
+    from kvplan.errors import ConfigError
+
+    spec = load_model("qwen3-next-80b-a3b")
+    base = dict(spec=spec, kv_cache_memory_bytes=4 * GiB, max_model_len=32768, tp=4, profile=vllm("0.16.0"))
+    none, align = fit(given(**base)), fit(given(**base, mamba_cache_mode="align"))
+    spec_none = fit(given(**base, num_speculative_tokens=2))
+    assert none.num_blocks == align.num_blocks and spec_none.max_concurrency < align.max_concurrency < none.max_concurrency
+    with pytest.raises(ConfigError, match="from 0.16.0"):
+        fit(given(**{**base, "profile": vllm("0.14.0")}, mamba_cache_mode="align"))
+    with pytest.raises(InputError, match="use one of none, align"):
+        fit(given(**base, mamba_cache_mode="all"))
+
+
+def test_a_model_without_kv_layers_gets_the_null_block_only():
+    from kvplan.core.spec import NoCacheLayer
+    from tests.factories import make_spec
+
+    spec = make_spec([NoCacheLayer()] * 4, max_model_len=4096)
+    r = fit(given(spec=spec))
+    assert r.num_blocks == 1 and r.kv_cache_memory_bytes == 0 and r.fits
+
+
+def test_auto_fit_max_model_len_takes_the_longest_that_fits():
+    from kvplan.errors import ConfigError
+
+    spec = load_model("llama3-8b")  # 128 KiB per token, model max 8192
+    r = fit(given(spec=spec, kv_cache_memory_bytes=GiB // 2, auto_fit_max_model_len=True, profile=vllm("0.29.0")))
+    assert r.fits and r.max_model_len == 4096 - 16  # 256 blocks, one kept for the null block
+    with pytest.raises(ConfigError, match="auto-fit"):
+        fit(given(spec=spec, kv_cache_memory_bytes=GiB // 2, auto_fit_max_model_len=True, profile=vllm("0.11.0")))

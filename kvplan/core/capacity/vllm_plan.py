@@ -1,0 +1,372 @@
+"""vLLM v1's KV planning: layer groups, block pool, fit check, max-model-len search, capacity.
+
+The pure arithmetic of ``vllm/v1/core/kv_cache_utils.py`` (0.33: ``kv_cache_planning.py``) and the page
+sizes of ``vllm/v1/kv_cache_interface.py``, under one release's rules (kvplan.core.profiles.vllm):
+- layers are bucketed by spec; one spec is one group of all layers; one type with different pages is one
+  group whose block costs the sum of the pages (0.11.0+); hybrids get group_size = min layers per type
+  (max when max < 1.5 x min), each type cdiv(n, group_size) groups, pages unified by enlarging the
+  smaller spec's block size;
+- num_blocks = available // (page x group_size), the minimum over workers; --num-gpu-blocks-override
+  replaces it (and drives the fit check from 0.20.1); the fit check leaves the null block from 0.29.0;
+- per request: full cdiv(L, B) blocks; sliding cdiv(min(W - 1 + in-flight tokens, L), B) + 1; chunked
+  cdiv(min(C + in-flight tokens, L), B); Mamba 1 (+ speculative, + 1 with align from 0.16.0);
+- the max-model-len estimate and auto-fit (0.14.0+) binary-search the longest request that fits.
+vLLM's own unit tests of this, as data, are tests/fixtures/vllm_planning (tests/core/capacity/test_vllm_planning.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.engines import get_engine
+from kvplan.core.engines.base import cdiv
+from kvplan.core.profiles import EngineProfile
+from kvplan.core.profiles.vllm import VLLMRules
+from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer
+from kvplan.errors import ConfigError, InputError
+
+DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
+KERNEL_BLOCK_ALIGN = 16
+
+# Kernel block sizes of vLLM's MLA backends (0.20.0: each backend's get_supported_kernel_block_sizes):
+# the first is what kvplan plans with unless --block-size picks another allowed one; () takes any
+# multiple of 16. FlashMLA's 64 was forced for MLA models from 0.9.0 (vllm/platforms/cuda.py).
+MLA_BACKEND_BLOCK_SIZES: dict[str, tuple[int, ...]] = {
+    "FLASHMLA": (64,),
+    "FLASHMLA_SPARSE": (64,),
+    "CUTLASS_MLA": (128,),
+    "FLASHINFER_MLA": (64, 32),
+    "FLASH_ATTN_MLA": (),
+    "TRITON_MLA": (),
+}
+# Standard-attention backends: the block size stays vLLM's default (any multiple of 16 is accepted).
+ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+MAMBA_CACHE_MODES = ("none", "align")
+
+
+def resolve_block_size(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...], block_size: int | None,
+                       attention_backend: str | None) -> int:
+    """The KV block size vLLM runs a model with: the one given, else the backend's (MLA), else the release's
+    MLA default or 16."""
+    has_mla = any(isinstance(layer, MLALayer) for layer in layers)
+    if attention_backend is None:
+        return block_size or (rules.mla_block_size if has_mla else DEFAULT_BLOCK_SIZE)
+    name = attention_backend.strip().upper().replace("-", "_")
+    if name in ATTENTION_BACKENDS:
+        return block_size or DEFAULT_BLOCK_SIZE
+    if name not in MLA_BACKEND_BLOCK_SIZES:
+        raise InputError(f"unknown vLLM attention backend {attention_backend!r}; use one of: "
+                         f"{', '.join((*MLA_BACKEND_BLOCK_SIZES, *ATTENTION_BACKENDS))}")
+    if not has_mla:
+        raise InputError(f"{name} is an MLA backend and this model has no MLA layers; use one of "
+                         f"{', '.join(ATTENTION_BACKENDS)} or leave the backend out")
+    allowed = MLA_BACKEND_BLOCK_SIZES[name]
+    if block_size is None:
+        return allowed[0] if allowed else DEFAULT_BLOCK_SIZE
+    if (allowed and block_size not in allowed) or (not allowed and block_size % KERNEL_BLOCK_ALIGN):
+        sizes = ", ".join(map(str, allowed)) if allowed else "a multiple of 16"
+        raise InputError(f"vLLM's {name} backend takes block size {sizes}, not {block_size}")
+    return block_size
+
+
+def attention_page_bytes(layer: Layer, kv_dtype: KVDtype, block_size: int, *, tp: int = 1,
+                         page_size_padded: int | None = None) -> int:
+    """One block of one attention/MLA layer on one rank (``AttentionSpec.page_size_bytes``); an explicit
+    ``page_size_padded`` replaces it (it may only grow the page, as vLLM asserts)."""
+    page = block_size * get_engine("vllm").slot_bytes(layer, kv_dtype, tp)[0]
+    if page_size_padded is None:
+        return page
+    if page_size_padded < page:
+        raise ConfigError(f"page_size_padded {page_size_padded} B is smaller than the {page} B page it pads")
+    return page_size_padded
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bucket:
+    kind: LayerKind
+    window: int
+    block_size: int
+    num_layers: int
+    num_groups: int
+    state_blocks: int = 1  # LINEAR: blocks one request holds (Mamba state, speculative and align blocks)
+
+    def blocks_needed(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens is admitted with in one group of this kind
+        (vllm/v1/kv_cache_interface.py: ``max_memory_usage_bytes`` / ``max_admission_blocks_per_request``)."""
+        if self.kind is LayerKind.LINEAR:
+            return self.state_blocks
+        if self.kind is LayerKind.SLIDING:
+            return cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
+        if self.kind is LayerKind.CHUNKED:
+            return cdiv(min(self.window + in_flight_tokens, max_model_len), self.block_size)
+        return cdiv(max_model_len, self.block_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    page_bytes: int  # one block of one layer (all groups share it after unification)
+    group_size: int  # layers per group: tensors the block pool spans
+    buckets: tuple[Bucket, ...]
+    # Page bytes of each tensor one pool block spans; empty: group_size tensors of page_bytes. Differs for
+    # a group of one type with different page sizes (UniformTypeKVCacheSpecs: one tensor per layer).
+    tensor_pages: tuple[int, ...] = ()
+
+    @property
+    def num_groups(self) -> int:
+        return sum(b.num_groups for b in self.buckets)
+
+    @property
+    def min_block_size(self) -> int:
+        return min(b.block_size for b in self.buckets)
+
+    @property
+    def pool_block_bytes(self) -> int:
+        """Bytes one block of the pool takes across every tensor it spans."""
+        return self.page_bytes * self.group_size
+
+    def tensor_bytes(self, num_blocks: int) -> tuple[int, ...]:
+        """The KV tensors vLLM allocates for ``num_blocks`` blocks (one per layer slot of a group)."""
+        return tuple(page * num_blocks for page in (self.tensor_pages or (self.page_bytes,) * self.group_size))
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Pool blocks one request of ``max_model_len`` tokens needs; the second argument is the tokens a
+        sliding/chunked layer admits at once (max_in_flight_tokens from 0.26)."""
+        return sum(b.num_groups * b.blocks_needed(max_model_len, max_num_batched_tokens) for b in self.buckets)
+
+    def bytes_needed(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        return self.pool_block_bytes * self.blocks_per_request(max_model_len, max_num_batched_tokens)
+
+
+def mamba_state_blocks(rules: VLLMRules, mamba_cache_mode: str, num_speculative_tokens: int) -> int:
+    """Blocks a Mamba layer holds for one request (``MambaSpec.max_memory_usage_bytes``): one before
+    0.16.0; then 1 + speculative blocks, 2 + speculative blocks with --mamba-cache-mode align."""
+    if mamba_cache_mode not in MAMBA_CACHE_MODES:
+        raise InputError(f"mamba cache mode {mamba_cache_mode!r}: use one of {', '.join(MAMBA_CACHE_MODES)}")
+    if num_speculative_tokens < 0:
+        raise InputError(f"num_speculative_tokens must be >= 0 (got {num_speculative_tokens})")
+    if not rules.mamba_cache_modes:
+        if mamba_cache_mode != "none":
+            raise ConfigError(f"this vLLM release has no --mamba-cache-mode {mamba_cache_mode} (from 0.16.0); "
+                              "pin --engine vllm==0.16.0 or later, or leave the mode out")
+        return 1
+    return (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
+
+
+def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDtype, model_dtype: str,
+                 block_size: int, tp: int = 1, requested_block_size: int | None = None, hybrid: bool = True,
+                 mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, name: str = "model") -> KVLayout | None:
+    """vLLM's grouping of one pipeline stage's layers into block-table groups (None: no layer holds KV)
+    (vllm/v1/core/kv_cache_utils.py::get_kv_cache_groups). Without the hybrid manager every attention
+    layer is sized as full attention."""
+    eng = get_engine("vllm")
+    buckets: dict[tuple, list[Layer]] = {}
+    for layer in layers:
+        if isinstance(layer, LinearLayer):
+            key: tuple = (LayerKind.LINEAR, 0, eng.linear_state_bytes(layer, model_dtype, tp)[0])
+        elif isinstance(layer, (AttentionLayer, MLALayer)):
+            window = layer.window if isinstance(layer, AttentionLayer) and hybrid else 0
+            kind = layer.kind if layer.kind is not LayerKind.MLA and hybrid else LayerKind.FULL
+            key = (kind, window, eng.slot_bytes(layer, kv_dtype, tp)[0])
+        else:
+            continue
+        buckets.setdefault(key, []).append(layer)
+    if not buckets:
+        return None
+    state_blocks = mamba_state_blocks(rules, mamba_cache_mode, num_speculative_tokens)
+    types = {(kind, window) for kind, window, _ in buckets}
+    if rules.uniform_type_group and len(buckets) > 1 and len(types) == 1:
+        # One type, different pages (head sizes, KV heads): one group whose block costs every layer's page.
+        ((kind, window),) = types
+        pages = [block_size * tok for (_, _, tok), members in buckets.items() for _ in members]
+        bucket = Bucket(kind=kind, window=window, block_size=block_size, num_layers=len(pages), num_groups=1,
+                        state_blocks=state_blocks)
+        return KVLayout(page_bytes=sum(pages), group_size=1, buckets=(bucket,), tensor_pages=tuple(pages))
+    attn_tok = max((k[2] for k in buckets if k[0] is not LayerKind.LINEAR), default=0)
+    linear_bytes = max((k[2] for k in buckets if k[0] is LayerKind.LINEAR), default=0)
+    if linear_bytes and attn_tok:
+        # Attention block size = 16 x cdiv(mamba page, 16 x attention bytes per token); the mamba page is
+        # padded to match (vllm/platforms/interface.py).
+        align = max(KERNEL_BLOCK_ALIGN, requested_block_size or 0)
+        block_size = align * cdiv(linear_bytes, align * attn_tok)
+        page = block_size * attn_tok
+    elif linear_bytes:
+        page = linear_bytes
+    else:
+        page = block_size * attn_tok
+    counts = [len(v) for v in buckets.values()]
+    if len(counts) == 1:
+        group_size = counts[0]
+    else:
+        group_size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+    out = []
+    for (kind, window, tok_bytes), members in buckets.items():
+        if kind is LayerKind.LINEAR:
+            bucket_block = block_size
+        else:
+            own_page = block_size * tok_bytes
+            if page % own_page:
+                raise ConfigError(f"{name}: layers with page sizes {own_page} and {page} B cannot share "
+                                  "vLLM's block pool (sizes must divide)")
+            bucket_block = block_size * (page // own_page)
+        out.append(Bucket(kind=kind, window=window, block_size=bucket_block, num_layers=len(members),
+                          num_groups=cdiv(len(members), group_size), state_blocks=state_blocks))
+    return KVLayout(page_bytes=page, group_size=group_size, buckets=tuple(out))
+
+
+def layout_from_groups(groups: list[tuple[Layer, int]], *, kv_dtype: KVDtype, block_size: int,
+                       tp: int = 1) -> KVLayout:
+    """A layout whose groups are given ((one layer's spec, layers in the group) each), as vLLM's
+    ``KVCacheConfig.kv_cache_groups`` lists them; every group's pages must be equal."""
+    pages = {attention_page_bytes(layer, kv_dtype, block_size, tp=tp) for layer, _ in groups}
+    if len(pages) != 1:
+        raise ConfigError(f"groups with page sizes {sorted(pages)} B cannot share one block pool")
+    buckets = tuple(Bucket(kind=LayerKind.FULL if layer.kind is LayerKind.MLA else layer.kind,
+                           window=getattr(layer, "window", 0), block_size=block_size, num_layers=n, num_groups=1)
+                    for layer, n in groups)
+    return KVLayout(page_bytes=pages.pop(), group_size=max(n for _, n in groups), buckets=buckets)
+
+
+def estimate_max_model_len(layout: KVLayout, available_bytes: int, max_model_len: int, in_flight_tokens: int) -> int:
+    """Largest max_model_len in [0, max_model_len] whose one request fits ``available_bytes``
+    (vllm/v1/core/kv_cache_utils.py::estimate_max_model_len, a binary search; 0: none fits)."""
+    lo, hi = 0, max_model_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if layout.bytes_needed(mid, in_flight_tokens) <= available_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def max_concurrency(layout: KVLayout, num_blocks: int, max_model_len: int, in_flight_tokens: int) -> float:
+    """Requests of ``max_model_len`` tokens the pool holds at once (``get_max_concurrency_for_kv_cache_config``:
+    num_blocks, the null block among them, over the blocks one request needs)."""
+    per_request = layout.blocks_per_request(max_model_len, in_flight_tokens)
+    return num_blocks / per_request if per_request else 0.0
+
+
+def planning_bytes(rules: VLLMRules, layout: KVLayout, available_bytes: int, num_gpu_blocks_override: int | None) -> int:
+    """What the fit check and the max-model-len search compare with: the KV memory, or the override's
+    blocks from 0.20.1, less one pool block for the null block from 0.29.0."""
+    avail = available_bytes
+    if num_gpu_blocks_override and rules.override_in_fit:
+        avail = num_gpu_blocks_override * layout.pool_block_bytes
+    if rules.null_block_in_fit:
+        avail -= layout.pool_block_bytes
+    return avail
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    layout: KVLayout | None  # None: the stage holds no KV
+    available_bytes: int  # KV memory of the stage's smallest rank
+    num_blocks: int  # what the memory holds (before the override and the minimum over stages)
+    planning_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMPlan:
+    """What vLLM's KV planning decides at startup (vllm/v1/core/kv_cache_utils.py, get_kv_cache_configs)."""
+
+    stages: tuple[StagePlan, ...]
+    layout: KVLayout | None  # the binding stage's; None: attention-free
+    num_blocks: int  # the pool's blocks, the null block among them (1 when attention-free)
+    max_model_len: int  # the configured length, or auto-fit's choice
+    blocks_per_request: int  # pool blocks one request of max_model_len is admitted with
+    max_concurrency: float
+    logged_kv_cache_tokens: int
+    logged_capacity_rule: str
+    estimated_max_model_len: int  # the longest that fits the fit check's memory, up to max_model_len
+    fits: bool  # the startup check accepts max_model_len
+
+    @property
+    def num_groups(self) -> int:
+        return self.layout.num_groups if self.layout else 0
+
+    @property
+    def tensor_bytes(self) -> tuple[int, ...]:
+        return self.layout.tensor_bytes(self.num_blocks) if self.layout else ()
+
+
+def plan_stages(stages: list[tuple[KVLayout | None, int]], rules: VLLMRules, max_model_len: int, *,
+                in_flight_tokens: int, num_gpu_blocks_override: int | None = None,
+                auto_fit: bool = False) -> VLLMPlan:
+    """Blocks, fit check and capacity from each pipeline stage's layout and KV memory: num_blocks is the
+    minimum over stages (``get_kv_cache_configs``), the override replaces it; auto-fit and the estimate are
+    the minimum over stages."""
+    if num_gpu_blocks_override is not None and num_gpu_blocks_override < 1:
+        raise InputError(f"num_gpu_blocks_override must be >= 1 (got {num_gpu_blocks_override})")
+    if auto_fit and not rules.auto_fit:
+        raise ConfigError("this vLLM release has no max_model_len auto-fit (from 0.14.0); give a max_model_len "
+                          "or pin --engine vllm==0.14.0 or later")
+    plans = tuple(StagePlan(layout=lay, available_bytes=kv,
+                            num_blocks=max(0, kv) // lay.pool_block_bytes if lay else 1,
+                            planning_bytes=planning_bytes(rules, lay, kv, num_gpu_blocks_override) if lay else kv)
+                  for lay, kv in stages)
+    kv_stages = [p for p in plans if p.layout is not None]
+    if not kv_stages:
+        # No layer holds KV: vLLM still allocates the null block and checks no memory.
+        return VLLMPlan(stages=plans, layout=None, num_blocks=1, max_model_len=max_model_len, blocks_per_request=0,
+                        max_concurrency=0.0, logged_kv_cache_tokens=0, logged_capacity_rule="no KV cache",
+                        estimated_max_model_len=max_model_len, fits=True)
+    binding = min(kv_stages, key=lambda p: (p.num_blocks, p.available_bytes))
+    layout = binding.layout
+    assert layout is not None
+    num_blocks = num_gpu_blocks_override or binding.num_blocks
+
+    def estimate(upper: int) -> int:
+        return min(estimate_max_model_len(p.layout, p.planning_bytes, upper, in_flight_tokens)  # type: ignore[arg-type]
+                   for p in kv_stages)
+
+    if auto_fit:
+        max_model_len = estimate(max_model_len)
+    fits = max_model_len > 0 and all(p.layout.bytes_needed(max_model_len, in_flight_tokens) <= p.planning_bytes  # type: ignore[union-attr]
+                                     for p in kv_stages)
+    per_request = layout.blocks_per_request(max_model_len, in_flight_tokens)
+    concurrency = max_concurrency(layout, num_blocks, max_model_len, in_flight_tokens)
+    logged, rule = logged_kv_cache_tokens(rules, num_blocks, layout, concurrency, max_model_len)
+    return VLLMPlan(stages=plans, layout=layout, num_blocks=num_blocks, max_model_len=max_model_len,
+                    blocks_per_request=per_request, max_concurrency=concurrency, logged_kv_cache_tokens=logged,
+                    logged_capacity_rule=rule, estimated_max_model_len=estimate(max_model_len), fits=fits)
+
+
+def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max_model_len: int, profile: EngineProfile,
+              *, model_dtype: str, in_flight_tokens: int, kv_dtype: str = "auto", tp: int = 1,
+              block_size: int | None = None, num_gpu_blocks_override: int | None = None, disable_hybrid: bool = False,
+              auto_fit: bool = False, mamba_cache_mode: str = "none", num_speculative_tokens: int = 0,
+              attention_backend: str | None = None) -> VLLMPlan:
+    """vLLM's KV plan for one worker whose KV memory is ``available_bytes``, under ``profile``'s rules.
+
+    ``in_flight_tokens``: what a sliding/chunked layer admits (max_num_batched_tokens, times the batches in
+    flight from 0.26); ``auto_fit``: max_model_len = -1, searched up to ``max_model_len``."""
+    rules: VLLMRules = profile.rules
+    dtype = get_dtype(model_dtype if kv_dtype == "auto" else kv_dtype)
+    check_layout_dtype(rules, dtype, profile.version)
+    size = resolve_block_size(rules, layers, block_size, attention_backend)
+    layout = build_layout(layers, rules=rules, kv_dtype=dtype, model_dtype=model_dtype, block_size=size, tp=tp,
+                          requested_block_size=block_size, hybrid=rules.hybrid_manager and not disable_hybrid,
+                          mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens)
+    return plan_stages([(layout, available_bytes)], rules, max_model_len, in_flight_tokens=in_flight_tokens,
+                       num_gpu_blocks_override=num_gpu_blocks_override, auto_fit=auto_fit)
+
+
+def check_layout_dtype(rules: VLLMRules, dtype: KVDtype, version: str) -> None:
+    """Refuse a vLLM-only KV layout the release does not have yet."""
+    layouts = ("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head")
+    if dtype.name in layouts and dtype.name not in rules.layout_kv_dtypes:
+        since = "0.11.0" if dtype.name == "fp8_ds_mla" else "0.20.0"
+        raise ConfigError(f"vLLM {version} has no --kv-cache-dtype {dtype.name} (from {since}); pin "
+                          f"--engine vllm=={since} or later, or use fp8")
+
+
+def logged_kv_cache_tokens(rules: VLLMRules, blocks: int, layout: KVLayout, concurrency: float, max_len: int) -> tuple[int, str]:
+    """The startup log's "GPU KV cache size" in this release, and how it is computed."""
+    if rules.capacity_log == "concurrency_x_len":
+        return int(concurrency * max_len), "int(max concurrency x max_model_len)"
+    if rules.capacity_log == "blocks_per_group":
+        return blocks // layout.num_groups * layout.min_block_size, "num_blocks // layer groups x block_size"
+    if rules.capacity_log == "blocks_x_block":
+        return blocks * layout.min_block_size, "num_blocks x block_size"
+    return blocks * layout.min_block_size, "V0 logs '# GPU blocks' only: num_blocks x block_size"

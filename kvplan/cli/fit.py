@@ -68,7 +68,9 @@ def fit_cmd(
     gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name or alias (`kvplan gpus`); "
                                                                    "or give --gpu-memory."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Memory of one GPU as the driver reports "
-                                                                        "it, e.g. 24GiB (overrides the catalog's)."),
+                                                                        "it, e.g. 24GiB (overrides the catalog's); "
+                                                                        "one per GPU, comma-separated, when they "
+                                                                        "differ (vLLM plans with the smallest)."),
     engine: str = typer.Option("vllm", "--engine", "-e", help="Whose budget: vllm (default), sglang, trtllm, "
                                                               "optionally pinned to a release: vllm==0.11.0 (no "
                                                               "version: the newest rules; see `kvplan engines`)."),
@@ -78,12 +80,14 @@ def fit_cmd(
              "(default: the engine's: vLLM 0.92, SGLang by GPU memory and tp, TRT-LLM 0.9)."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
                                                 help="Context per request (default: the model's "
-                                                     "max_position_embeddings)."),
+                                                     "max_position_embeddings); -1: the longest that fits "
+                                                     "(vLLM's auto-fit, from 0.14)."),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
     pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
                                                                         "model's), bf16, fp16, fp8, fp8_e5m2, "
-                                                                        "int8, nvfp4, as the engine accepts."),
+                                                                        "fp8_per_token_head, fp8_ds_mla, int8, "
+                                                                        "nvfp4, as the engine accepts."),
     weight_dtype: str = typer.Option("auto", "--weight-dtype", help="Weight format: auto (default: the "
                                                                     "checkpoint's, quantization_config read), "
                                                                     "bf16, fp16, fp8, int8, int4-g128, mxfp4."),
@@ -110,6 +114,22 @@ def fit_cmd(
                                                     help=MEASURED.format(what="CUDA-graph memory", eg="0.58GiB")),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs: their memory is not "
                                                                       "reserved (default: graphs captured)."),
+    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override",
+                                                          help="vLLM: use this many KV blocks (default: as many "
+                                                               "as the memory holds)."),
+    disable_hybrid: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager",
+                                        help="vLLM: size sliding-window layers as full attention (default: the "
+                                             "hybrid manager frees out-of-window blocks, from 0.9.1)."),
+    mamba_cache_mode: str = typer.Option("none", "--mamba-cache-mode",
+                                         help="vLLM: none (default: one state block a request) or align (prefix "
+                                              "caching: two), from 0.16."),
+    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens",
+                                               help="vLLM: speculative tokens, extra Mamba state blocks a request "
+                                                    "(default 0)."),
+    attention_backend: Optional[str] = typer.Option(None, "--attention-backend",
+                                                    help="vLLM MLA backend, which sets the block size: FLASHMLA 64 "
+                                                         "(default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
+                                                         "FLASHINFER_MLA 32 or 64, TRITON_MLA."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c",
                                               help="Requests of max-model-len tokens that must fit at once "
                                                    "(default: one)."),
@@ -123,7 +143,16 @@ def fit_cmd(
     from kvplan.io.models import load_model
 
     choice = parse_engine(engine, allowed=tuple(FITTERS))
+    per_rank = None
+    if gpu_memory is not None and "," in gpu_memory:
+        from kvplan.io.units import parse_size
+
+        per_rank = tuple(parse_size(part.strip(), what="--gpu-memory") for part in gpu_memory.split(","))
+        gpu_memory = min(gpu_memory.split(","), key=lambda part: parse_size(part.strip(), what="--gpu-memory")).strip()
     gpu_spec = get_gpu(gpu, memory=gpu_memory)
+    auto_fit = max_model_len == -1
+    if auto_fit:
+        max_model_len = None
     spec = load_model(model)
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
@@ -134,7 +163,10 @@ def fit_cmd(
         activation_memory=_size_opt(activation_memory, "--activation-memory"),
         non_torch_memory=_size_opt(non_torch_memory, "--non-torch-memory"),
         cuda_graph_memory=_size_opt(cuda_graph_memory, "--cuda-graph-memory"),
-        enforce_eager=enforce_eager, concurrency=concurrency,
+        enforce_eager=enforce_eager, concurrency=concurrency, gpu_memory_per_rank=per_rank,
+        num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
+        mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
+        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit,
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()

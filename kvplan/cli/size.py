@@ -25,7 +25,8 @@ ENGINE_HELP = (f"Whose allocation rules: {', '.join(ENGINES)}, optionally pinned
                "vllm==0.11.0 (default ideal: exactly the token states; no version: the newest rules; "
                "`kvplan engines` lists the releases).")
 DTYPE_HELP = ("KV cache dtype: auto (default: the model's torch_dtype), fp32, bf16, fp16, fp8 (= fp8_e4m3), "
-              "fp8_e5m2, int8, int4, nvfp4; an engine refuses formats it has no option for.")
+              "fp8_e5m2, fp8_per_token_head, int8_per_token_head, fp8_ds_mla (vLLM), int8, int4, nvfp4; an engine "
+              "refuses formats it has no option for.")
 BLOCK_HELP = ("Tokens per KV block (default: the engine's: vllm 16, 64 for MLA models; trtllm 32; sglang 1). "
               "Paged engines only.")
 

@@ -71,3 +71,27 @@ def test_engines_lists_every_profile_with_its_changes():
     assert all(p["changes"] and p["rules"] for p in data["vllm"]["profiles"])
     one = run("engines", "sglang", "--json")["engines"]
     assert list(one) == ["sglang"]
+
+
+def test_vllm_inputs_reach_fit_from_the_command_line():
+    base = ["fit", "llama3-8b", "--gpu", "L4", "--json"]
+    override = run(*base, "--num-gpu-blocks-override", "100", code=1)
+    assert override["num_blocks"] == 100 and not override["fits"]  # 100 blocks of 16 hold no 8k request
+    auto = run("fit", "llama3-8b", "--gpu-memory", "20GiB", "--max-model-len", "-1", "--json")
+    assert auto["fits"] and auto["max_model_len"] == auto["max_model_len_fit"] <= 8192
+    ranks = run("fit", "llama3-8b", "--gpu-memory", "24GiB,22GiB", "-tp", "2", "--json")
+    single = run("fit", "llama3-8b", "--gpu-memory", "22GiB", "-tp", "2", "--json")
+    assert ranks["num_blocks"] == single["num_blocks"]  # vLLM plans every rank with the smallest GPU
+    mla = run("fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", "--attention-backend", "CUTLASS_MLA", "--json")
+    assert mla["block_size"] == 128
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpu-memory", "24GiB,22GiB"], "--gpu-memory lists 2 GPUs; tp 1 x pp 1 needs 1"),
+    (["--gpu", "L4", "--mamba-cache-mode", "bogus"], "mamba cache mode 'bogus'"),
+    (["--gpu", "L4", "--attention-backend", "CUTLASS_MLA"], "CUTLASS_MLA"),
+])
+def test_bad_vllm_inputs_exit_2(args, message):
+    r = runner.invoke(app, ["fit", "llama3-8b", *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr

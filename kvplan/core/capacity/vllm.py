@@ -74,10 +74,10 @@ def _rank_memory(req: FitRequest) -> list[int]:
         return [req.gpu.memory_bytes] * req.pp
     ranks = req.gpu_memory_per_rank
     if len(ranks) != req.tp * req.pp:
-        raise InputError(f"gpu_memory_per_rank lists {len(ranks)} GPUs; tp {req.tp} x pp {req.pp} needs "
-                         f"{req.tp * req.pp}")
+        raise InputError(f"--gpu-memory lists {len(ranks)} GPUs; tp {req.tp} x pp {req.pp} needs "
+                         f"{req.tp * req.pp} (one size per GPU, or one size for all)")
     if min(ranks) <= 0:
-        raise InputError(f"gpu_memory_per_rank: every GPU needs memory > 0 (got {min(ranks)})")
+        raise InputError(f"--gpu-memory: every GPU needs memory > 0 (got {min(ranks)})")
     return [min(ranks[s * req.tp:(s + 1) * req.tp]) for s in range(req.pp)]
 
 

@@ -39,6 +39,24 @@ class AttentionLayer:
     v_head_dim: int
     window: int = 0  # SLIDING: window in tokens; CHUNKED: chunk size in tokens; FULL: 0
 
+    holds_tokens = True  # a KV vector per token (linear attention and no-cache layers hold none)
+
+    def skipped_tokens(self, num_tokens: int) -> int:
+        """Leading tokens attention no longer reads once the sequence has ``num_tokens``: the kind's own rule,
+        as vLLM's managers answer it (``get_num_skipped_tokens``, single_type_kv_cache_manager.py): none for
+        full attention; all but the last W for a sliding window; all before the current chunk for
+        chunked-local attention."""
+        if self.kind is LayerKind.SLIDING:
+            return max(0, num_tokens - self.window)
+        if self.kind is LayerKind.CHUNKED:
+            return (num_tokens - 1) // self.window * self.window if num_tokens else 0
+        return 0
+
+    @property
+    def sliding_window(self) -> int:
+        """The window of a sliding layer, 0 for any other (engines that keep a cyclic buffer read it)."""
+        return self.window if self.kind is LayerKind.SLIDING else 0
+
     def describe(self, num_attention_heads: int) -> str:
         if self.num_kv_heads == 1:
             family = "MQA"
@@ -56,11 +74,17 @@ class MLALayer:
     """Multi-head latent attention (DeepSeek-V2/V3)."""
 
     kind: LayerKind = LayerKind.MLA
+    holds_tokens = True
+    window = 0
+    sliding_window = 0
     num_heads: int
     kv_lora_rank: int
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+
+    def skipped_tokens(self, num_tokens: int) -> int:
+        return 0  # full attention over the latent
 
     @property
     def latent_dim(self) -> int:
@@ -91,6 +115,13 @@ class LinearLayer:
     state_elems: int
     num_heads: int  # the unit tensor parallelism splits
 
+    holds_tokens = False  # one fixed state per sequence, whatever its length
+    window = 0
+    sliding_window = 0
+
+    def skipped_tokens(self, num_tokens: int) -> int:
+        return num_tokens
+
     def describe(self, num_attention_heads: int) -> str:
         return f"{self.family} (fixed state)"
 
@@ -98,6 +129,12 @@ class LinearLayer:
 @dataclass(frozen=True, kw_only=True)
 class NoCacheLayer:
     kind: LayerKind = LayerKind.NONE
+    holds_tokens = False
+    window = 0
+    sliding_window = 0
+
+    def skipped_tokens(self, num_tokens: int) -> int:
+        return num_tokens
 
     def describe(self, num_attention_heads: int) -> str:
         return "no cache"

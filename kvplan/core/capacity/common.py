@@ -11,7 +11,6 @@ from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import ModelSpec
 from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
 from kvplan.errors import ConfigError, InputError
-from kvplan.core.units import GiB
 
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ModelSpec
-from kvplan.core.units import GiB
 
 MiB = 1 << 20
 

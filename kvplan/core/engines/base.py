@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.core.spec import AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 
 
@@ -103,16 +103,9 @@ class Engine:
 
     # -- how many token slots a sequence holds ---------------------------------------------------
     def tokens_needed(self, layer: Layer, num_tokens: int) -> int:
-        """Token states the attention needs for a sequence of ``num_tokens`` tokens (ideal)."""
-        if isinstance(layer, (LinearLayer, NoCacheLayer)):
-            return 0
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
-            return min(num_tokens, layer.window)
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
-            if num_tokens == 0:
-                return 0
-            return num_tokens - ((num_tokens - 1) // layer.window) * layer.window
-        return num_tokens
+        """Token states the attention needs for a sequence of ``num_tokens`` tokens (ideal): all but the
+        ones the layer's kind skips (kvplan.core.spec: each kind knows its own rule)."""
+        return num_tokens - layer.skipped_tokens(num_tokens) if layer.holds_tokens else 0
 
     def slots_held(self, layer: Layer, num_tokens: int) -> int:
         return self.tokens_needed(layer, num_tokens)

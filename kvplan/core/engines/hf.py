@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines.base import Engine
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, ModelSpec
+from kvplan.core.spec import AttentionLayer, Layer, LinearLayer, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +52,8 @@ class HFEngine(Engine):
         return conv, state
 
     def slots_held(self, layer: Layer, num_tokens: int) -> int:
-        if isinstance(layer, AttentionLayer) and layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED):
+        """Sliding and chunked layers are both DynamicSlidingWindowLayer: the last ``window`` tokens' storage."""
+        if layer.window:
             return min(num_tokens, layer.window)
         return super().slots_held(layer, num_tokens)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kvplan.core.engines.base import cdiv
 from kvplan.core.engines.vllm import PagedEngine
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind
+from kvplan.core.spec import Layer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,11 +32,12 @@ class TRTLLMEngine(PagedEngine):
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "nvfp4")
 
     def blocks_held(self, layer: Layer, num_tokens: int) -> int:
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
-            return cdiv(min(num_tokens, layer.window), self.block_size)
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
-            return cdiv(num_tokens, self.block_size)
-        return super().blocks_held(layer, num_tokens)
+        """A sliding layer is a cyclic buffer of min(S, W) tokens in blocks; chunked-local layers are sized as
+        full attention (no chunk-aware freeing was found: an estimate, docs/engines.md)."""
+        if not layer.holds_tokens:
+            return 0
+        held = min(num_tokens, layer.sliding_window) if layer.sliding_window else num_tokens
+        return cdiv(held, self.block_size)
 
     def describe_rules(self) -> str:
         return f"TensorRT-LLM paged blocks of {self.block_size} tokens (tokens_per_block); MLA latent"

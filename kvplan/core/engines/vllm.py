@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.core.engines.base import Engine, cdiv
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind
+from kvplan.core.spec import Layer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,19 +30,14 @@ class PagedEngine(Engine):
     frees_out_of_window: bool = True  # vLLM before 0.9.1 (no hybrid manager) keeps every block
 
     def blocks_held(self, layer: Layer, num_tokens: int) -> int:
-        if num_tokens == 0 or not self.token_vectors(layer, 1):
+        """Blocks for ``num_tokens`` tokens, less the whole blocks the layer's kind skips (vLLM swaps those for
+        the null block: the skipped tokens' full blocks, ``single_type_kv_cache_manager.py``)."""
+        if num_tokens == 0 or not layer.holds_tokens:
             return 0
         blocks = cdiv(num_tokens, self.block_size)
         if not self.frees_out_of_window:
             return blocks
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.SLIDING:
-            # computed = num_tokens - 1 before the newest token; skipped = computed - W + 1
-            skipped = max(0, num_tokens - layer.window)
-            return blocks - skipped // self.block_size
-        if isinstance(layer, AttentionLayer) and layer.kind is LayerKind.CHUNKED:
-            chunk_start = ((num_tokens - 1) // layer.window) * layer.window
-            return blocks - chunk_start // self.block_size
-        return blocks
+        return blocks - layer.skipped_tokens(num_tokens) // self.block_size
 
     def slots_held(self, layer: Layer, num_tokens: int) -> int:
         return self.blocks_held(layer, num_tokens) * self.block_size

@@ -10,6 +10,7 @@ from kvplan.core.gpus import GPUSpec
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import ModelSpec
 from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
+from kvplan.core.units import GiB  # noqa: F401  (the capacity modules import it from here)
 from kvplan.errors import ConfigError, InputError
 
 

@@ -109,8 +109,8 @@ def _root(
         raise typer.Exit(0)
 
 
-def main() -> None:
-    """The console script (the commands register themselves when ``kvplan.cli`` is imported)."""
+def run() -> None:
+    """Run the app with the commands registered so far (kvplan.cli.main registers what is needed)."""
     try:
         app(prog_name="kvplan")
     except KeyboardInterrupt:

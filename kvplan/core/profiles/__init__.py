@@ -138,6 +138,8 @@ def parse_engine(text: str, *, allowed: tuple[str, ...] | None = None) -> Engine
     if not m:
         raise InputError(f"--engine {text!r}: write NAME or NAME==VERSION, e.g. vllm==0.11.0")
     name, version = m.group(1).lower(), m.group(2) or ""
+    if name in VERSIONLESS and not version and (allowed is None or name in allowed):
+        return EngineChoice(name=name, profile=None, asked=None, note=None)  # `size`'s default: no registry needed
     known = allowed or ("ideal", *registry().profiles)
     if name not in known:
         raise InputError(f"unknown engine {name!r}; use one of: {', '.join(known)} (optionally NAME==VERSION, "

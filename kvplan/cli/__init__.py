@@ -22,7 +22,7 @@ _ORDER = ("check", "engines", "explain", "fit", "simulate", "size", "validate")
 
 def load_commands(only: str | None = None) -> Any:
     """The Typer app with every command (or only the module defining ``only``) registered."""
-    from kvplan.cli.app import app
+    from kvplan.cli.root import app
 
     for module in ((COMMAND_MODULES[only],) if only in COMMAND_MODULES else _ORDER):
         importlib.import_module(f"kvplan.cli.{module}")
@@ -42,7 +42,7 @@ def _invoked_command(argv: list[str]) -> str | None:
 
 def main() -> None:
     """The console script and ``python -m kvplan``."""
-    from kvplan.cli.app import run
+    from kvplan.cli.root import run
 
     load_commands(_invoked_command(sys.argv[1:]))
     run()

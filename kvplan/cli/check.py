@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from kvplan.cli.app import app
+from kvplan.cli.root import app
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
 from kvplan.errors import ConfigError
 

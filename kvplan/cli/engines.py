@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from kvplan.cli.app import app
+from kvplan.cli.root import app
 from kvplan.cli.format import make_console, new_table, print_json, print_table
 
 console = make_console()

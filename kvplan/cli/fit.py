@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from kvplan.cli.app import app
+from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from kvplan.cli.app import app
+from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine

@@ -9,7 +9,7 @@ import sys
 from typer.testing import CliRunner
 
 from kvplan.cli import app
-from kvplan.cli.app import EXIT_BROKEN_PIPE, EXIT_INTERNAL
+from kvplan.cli.root import EXIT_BROKEN_PIPE, EXIT_INTERNAL
 
 runner = CliRunner()
 

@@ -118,6 +118,25 @@ def explain_accuracy() -> str:
     return "\n".join(out)
 
 
+def simulate_paper() -> str:
+    """The vLLM-paper reproduction table: each allocator's share of the pool and batch, and first-fit oracle."""
+    runs = kvplan_json("simulate", "vllm-paper-sharegpt")["allocators"]
+    runs = {(name if name != "contiguous-oracle" else "contiguous-oracle (buddy)"): r for name, r in runs.items()}
+    first_fit = kvplan_json("simulate", "vllm-paper-sharegpt", "-a", "contiguous-oracle", "--placement",
+                            "first-fit")["allocators"]["contiguous-oracle"]
+    order = ["contiguous-max", "contiguous-pow2", "contiguous-oracle (buddy)"]
+    rows = [(name, runs[name]) for name in order] + [("contiguous-oracle (first-fit)", first_fit),
+                                                      ("paged-16", runs["paged-16"])]
+    out = ["| allocator | token states | reserved | internal frag | external frag | free | mean batch | peak batch "
+           "| tokens/s |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        pct = [f"{100 * r[k]:.1f}%" for k in ("token_states_frac", "reserved_frac", "internal_frag_frac",
+                                              "external_frag_frac", "free_frac")]
+        out.append(f"| {name} | {' | '.join(pct)} | {r['mean_batch_size']:.1f} | {r['peak_batch_size']} | "
+                   f"{r['throughput_tokens_per_s']:,.0f} |")
+    return "\n".join(out)
+
+
 def validation_cpu() -> str:
     report = json.loads((ROOT / "docs" / "validation" / "cpu" / "validation.json").read_text(encoding="utf-8"))
     cases = report["cases"]
@@ -157,6 +176,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "gpt3-misprint": gpt3_misprint,
     "explain-accuracy": explain_accuracy,
     "validation-cpu": validation_cpu,
+    "simulate-paper": simulate_paper,
 }
 TIMINGS: dict[str, Callable[[], str]] = {"timings-size": timings_size}
 # Blocks in other documents: name -> (file, generator); checked and written like the README's.

@@ -84,7 +84,7 @@ class Budget(BaseModel):
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages (default 1).")
     kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
-        "Share of GPU memory the engine may use (default: the engine's own, 0.9 for vLLM)."))
+        "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))
     max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
         "Longest request in tokens (default: the model's max_position_embeddings)."))
     batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")

@@ -16,21 +16,14 @@ Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvplan.core.capacity import estimates
-from kvplan.core.capacity.common import (
-    Breakdown,
-    FitRequest,
-    FitResult,
-    GiB,
-    given_or_estimate,
-    model_weights,
-    resolve_kv_dtype,
-)
+from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
+from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.profiles.sglang import default_fraction
-from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
-from kvplan.errors import ConfigError
 
 MiB = 1 << 20
 SWA_FULL_TOKENS_RATIO = 0.8
@@ -61,41 +54,49 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
     return round((mem_mib - reserved) / mem_mib, 3)
 
 
-def fit_sglang(req: FitRequest) -> FitResult:
-    spec, gpu = req.spec, req.gpu
-    profile = req.engine_profile()
-    frac = req.gpu_memory_utilization or default_fraction(profile.rules, gpu.memory_bytes, req.tp, req.pp,
-                                                          default_mem_fraction_static)
-    max_len = req.max_model_len or spec.max_model_len
-    if max_len <= 0:
-        raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
-    weights, notes = model_weights(req)
-    estimated: set[str] = set()
-    eng = get_engine("sglang", block_size=req.block_size) if req.block_size else get_engine("sglang")
-    dtype = resolve_kv_dtype(spec, req.kv_dtype)
-    stages = pp_stages(spec.num_layers, req.pp)
-    nt = given_or_estimate(req.non_torch_memory, "non_torch", estimated, lambda: estimates.non_torch_bytes(req.tp, req.pp))
-    a = given_or_estimate(req.activation_memory, "activation", estimated, lambda: estimates.activation_peak_bytes(
-        spec, tokens=req.max_num_batched_tokens or prefill_defaults(gpu.memory_bytes, req.tp)[0],
-        max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
-        act_bytes=resolve_kv_dtype(spec, "auto").vector_bytes(1)))
-    graph_bs = 0 if req.enforce_eager else prefill_defaults(gpu.memory_bytes, req.tp)[1]
-    # batch sizes 1, 2, 4, then every 8 up to cuda_graph_max_bs: kvplan's approximation of SGLang's capture list
-    num_graphs = len([b for b in (1, 2, 4, *range(8, graph_bs + 1, 8)) if b <= graph_bs])
-    cg = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated, lambda: estimates.cuda_graph_bytes(
-        spec, num_graphs=num_graphs, tp=req.tp, pp=req.pp))
-    free_before = gpu.memory_bytes - nt
+@dataclass(frozen=True, kw_only=True)
+class _Pool:
+    """One stage's token pools: the full-attention tokens bind the stages (ties: the smaller memory)."""
 
-    best = None
-    for s, layer_range in enumerate(stages):
-        layers = [spec.layers[i] for i in layer_range]
-        w = req.weights_memory if req.weights_memory is not None else weights.per_stage_bytes[s]  # type: ignore[union-attr]
-        rest = req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None else int(free_before * frac) - w
+    stage: Stage
+    full_tokens: int
+    tokens: int
+    mamba_slots: int | None
+
+
+class SGLangBudget(EngineBudget):
+    engine = "sglang"
+
+    def default_utilization(self, req: FitRequest, profile) -> float:
+        return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static)
+
+    def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
+        return (get_engine("sglang", block_size=req.block_size) if req.block_size else get_engine("sglang")), []
+
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+        return estimates.activation_peak_bytes(
+            req.spec, tokens=req.max_num_batched_tokens or prefill_defaults(req.gpu.memory_bytes, req.tp)[0],
+            max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
+            act_bytes=resolve_kv_dtype(req.spec, "auto").vector_bytes(1))
+
+    def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
+        graph_bs = 0 if req.enforce_eager else prefill_defaults(req.gpu.memory_bytes, req.tp)[1]
+        # batch sizes 1, 2, 4, then every 8 up to cuda_graph_max_bs: kvplan's approximation of SGLang's capture list
+        num_graphs = len([b for b in (1, 2, 4, *range(8, graph_bs + 1, 8)) if b <= graph_bs])
+        return estimates.cuda_graph_bytes(req.spec, num_graphs=num_graphs, tp=req.tp, pp=req.pp)
+
+    def kv_memory(self, req: FitRequest, setup: Setup, memory_bytes: int, c: Components) -> int:
+        # rest = free after the weights - free before them x (1 - mem_fraction_static); free before = total - non-torch
+        return int((memory_bytes - c.non_torch) * setup.utilization) - c.weights
+
+    def _pool(self, req: FitRequest, setup: Setup, stage: Stage) -> _Pool:
+        eng, dtype = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype)
+        layers, rest = stage.layers, stage.kv_bytes
         full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
                         if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING) and not isinstance(x, LinearLayer))
         swa_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
                        if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
-        mamba_per_req = sum(eng.linear_state_bytes(x, spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
+        mamba_per_req = sum(eng.linear_state_bytes(x, req.spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
         kv_rest = rest
         mamba_slots = None
         if mamba_per_req and rest > 0:
@@ -107,62 +108,69 @@ def fit_sglang(req: FitRequest) -> FitResult:
         full_tokens = tokens
         if swa_cell and full_cell:
             full_tokens = int(tokens * (full_cell + swa_cell) / (full_cell + SWA_FULL_TOKENS_RATIO * swa_cell))
-        candidate = (full_tokens, rest, w, tokens, mamba_slots, layers)
-        if best is None or candidate[:2] < best[:2]:
-            best = candidate
-    assert best is not None
-    full_tokens, rest, w, tokens, mamba_slots, layers = best
-    page = eng.block_size
-    tokens = tokens // page * page
-    kv_bytes = max(0, rest)  # the token pool, and the mamba state pool of hybrids
-    # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
-    windows = [x.window for x in spec.layers if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
-    full_layers = any(isinstance(x, MLALayer) or (isinstance(x, AttentionLayer) and x.kind is not LayerKind.SLIDING)
-                      for x in spec.layers)
-    window = max(windows) if windows else 0
-    swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
-    upper = max(spec.max_model_len, max_len)
+        return _Pool(stage=stage, full_tokens=full_tokens, tokens=tokens, mamba_slots=mamba_slots)
 
-    def request_fits(length: int) -> bool:
-        return (not full_layers or full_tokens >= length) and (not windows or swa_pool >= min(length, window))
+    def capacity(self, req: FitRequest, setup: Setup, stages: list[Stage]) -> Capacity:
+        spec, eng, frac, max_len = req.spec, setup.engine, setup.utilization, setup.max_model_len
+        dtype = resolve_kv_dtype(spec, req.kv_dtype)
+        pool = min((self._pool(req, setup, st) for st in stages), key=lambda p: (p.full_tokens, p.stage.kv_bytes))
+        stage, full_tokens, mamba_slots, rest = pool.stage, pool.full_tokens, pool.mamba_slots, pool.stage.kv_bytes
+        w, a, nt, cg = (stage.components.weights, stage.components.activation, stage.components.non_torch,
+                        stage.components.cuda_graph)
+        free_before = stage.memory_bytes - nt
+        page = eng.block_size
+        tokens = pool.tokens // page * page
+        # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
+        windows = [x.window for x in spec.layers if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
+        full_layers = any(isinstance(x, MLALayer) or (isinstance(x, AttentionLayer) and x.kind is not LayerKind.SLIDING)
+                          for x in spec.layers)
+        window = max(windows) if windows else 0
+        swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
+        upper = max(spec.max_model_len, max_len)
 
-    limits = []
-    if full_layers:
-        limits.append(full_tokens / max_len)
-    if windows:
-        limits.append(swa_pool / min(window, max_len))
-    if mamba_slots is not None:
-        limits.append(float(mamba_slots))
-    concurrency = min(limits) if limits and rest > 0 else 0.0
-    lo, hi = 0, upper  # the longest context one request can have
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)
-    max_fit = lo if rest > 0 else 0
-    reasons = []
-    if rest <= 0:
-        reasons.append(f"weights {w / GiB:.2f} GiB exceed mem_fraction_static {frac} x {free_before / GiB:.2f} GiB "
-                       f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
-    elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
-        reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold one "
-                       f"request of {max_len:,} tokens; the longest that fits is {max_fit:,}")
-    if req.concurrency and concurrency < req.concurrency and not reasons:
-        reasons.append(f"{req.concurrency} concurrent requests of {max_len:,} tokens do not fit the token pools; "
-                       f"{concurrency:.2f} do")
-    reserve = gpu.memory_bytes - max(0, rest) - w - nt
-    if reserve < a + cg:
-        notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated activation "
-                     f"+ CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower mem_fraction_static")
-    kv_shown = max(0, kv_bytes)
-    return FitResult(
-        engine="sglang", gpu=gpu, tp=req.tp, pp=req.pp, kv_dtype=dtype.name,
-        weight_dtype=weights.format if weights else "given", max_model_len=max_len,
-        breakdown=Breakdown(weights=w, activation=a, non_torch=nt, cuda_graph=cg, kv_cache=kv_shown,
-                            unused=max(0, gpu.memory_bytes - w - a - nt - cg - kv_shown)),
-        kv_cache_memory_bytes=kv_shown, block_size=page, page_size_bytes=page * (sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers if not isinstance(x, LinearLayer))),
-        num_blocks=tokens // page, kv_cache_tokens=tokens, max_concurrency=concurrency, max_model_len_fit=max_fit,
-        fits=not reasons, reasons=tuple(reasons), estimated=tuple(sorted(estimated)),
-        settings={"mem_fraction_static": frac, "page_size": page}, notes=tuple(notes),
-        engine_version=profile.version,
-        params=weights.params if weights else 0,
-    )
+        def request_fits(length: int) -> bool:
+            return (not full_layers or full_tokens >= length) and (not windows or swa_pool >= min(length, window))
+
+        limits = []
+        if full_layers:
+            limits.append(full_tokens / max_len)
+        if windows:
+            limits.append(swa_pool / min(window, max_len))
+        if mamba_slots is not None:
+            limits.append(float(mamba_slots))
+        concurrency = min(limits) if limits and rest > 0 else 0.0
+        lo, hi = 0, upper  # the longest context one request can have
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)
+        max_fit = lo if rest > 0 else 0
+        reasons = []
+        if rest <= 0:
+            reasons.append(f"weights {w / GiB:.2f} GiB exceed mem_fraction_static {frac} x {free_before / GiB:.2f} GiB "
+                           f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
+        elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
+            reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold "
+                           f"one request of {max_len:,} tokens; the longest that fits is {max_fit:,}")
+        notes = []
+        reserve = stage.memory_bytes - max(0, rest) - w - nt
+        if reserve < a + cg:
+            notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated "
+                         f"activation + CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower "
+                         "mem_fraction_static")
+        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in stage.layers if not isinstance(x, LinearLayer))
+        return Capacity(
+            stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
+            block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,
+            max_concurrency=concurrency, max_model_len_fit=max_fit, reasons=tuple(reasons),
+            settings={"mem_fraction_static": frac, "page_size": page}, notes=tuple(notes))
+
+    def concurrency_reason(self, req: FitRequest, max_model_len: int, concurrency: float) -> str:
+        return (f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit the token pools; "
+                f"{concurrency:.2f} do")
+
+
+SGLANG_BUDGET = SGLangBudget()
+
+
+def fit_sglang(req: FitRequest) -> FitResult:
+    return run_budget(req, SGLANG_BUDGET)

@@ -1,0 +1,195 @@
+"""One budget skeleton for every engine's fit: the shared steps, in order, with the engine's rules plugged in.
+
+Each engine's budget (kvplan.core.capacity.vllm, sglang, trtllm) takes the same steps:
+
+1. the release's rules (``req.engine_profile()``) and the utilization: the user's, else the engine's default;
+2. the longest context asked for (``--max-model-len``, else the model's);
+3. the engine's settings for this request (``EngineBudget.prepare``: block size, batch defaults, ...);
+4. weights per GPU (measured, else counted by kvplan.core.weights);
+5. per pipeline stage (or, for an engine that budgets only its most loaded GPU, once): the activation peak,
+   non-torch and CUDA-graph memory, each measured when given, else estimated and recorded in ``estimated``;
+   then the KV memory: ``--kv-cache-memory-bytes`` when given, else the engine's own formula;
+6. the capacity from the engine's own pool: blocks, tokens, concurrency, the longest max_model_len, and why
+   it does not fit (``EngineBudget.capacity``, which also picks the binding stage);
+7. the concurrency check, the ``unused`` share and the FitResult.
+
+An engine supplies only the parts that truly differ (``EngineBudget``); the rest is written once here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from kvplan.core.capacity import estimates
+from kvplan.core.capacity.common import (
+    Breakdown,
+    FitRequest,
+    FitResult,
+    given_or_estimate,
+    model_weights,
+    resolve_kv_dtype,
+)
+from kvplan.core.sizing import pp_stages
+from kvplan.core.spec import Layer
+from kvplan.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """What the skeleton resolved before the memory: the release, utilization, context and engine settings."""
+
+    profile: Any  # kvplan.core.profiles.EngineProfile
+    utilization: float  # gpu_memory_utilization / mem_fraction_static / free_gpu_memory_fraction
+    max_model_len: int
+    engine: Any = None  # the engine's own settings (EngineBudget.prepare)
+    notes: tuple[str, ...] = ()  # the engine's notes about the settings, after the weights' notes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Components:
+    """Bytes on one GPU besides the KV cache, measured or estimated."""
+
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graph: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One pipeline stage's budget on its GPU (or the most loaded GPU when the engine budgets only that)."""
+
+    index: int
+    layers: tuple[Layer, ...]
+    memory_bytes: int  # the GPU memory the engine plans this stage with
+    components: Components
+    kv_bytes: int  # the KV memory (negative: the components do not leave any)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """What the engine's pool holds, on the binding stage."""
+
+    stage: Stage  # the binding stage
+    max_model_len: int  # the configured length, or what the engine chose (vLLM auto-fit)
+    kv_cache_bytes: int  # the KV memory shown in the breakdown
+    block_size: int
+    page_size_bytes: int
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len_fit: int
+    reasons: tuple[str, ...] = ()  # why it does not fit, before the concurrency check
+    check_concurrency: bool = True  # False: requests are not bounded by the KV pool
+    unused: int | None = None  # None: what the components and the KV memory leave of the GPU
+    settings: dict[str, float | int | str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    usable_blocks: int = 0
+    logged_kv_cache_tokens: int = 0
+    logged_capacity_rule: str = ""
+
+
+class EngineBudget:
+    """The parts of a budget that differ by engine; the defaults are what the engines share."""
+
+    engine = ""
+    per_stage = True  # False: one budget for the most loaded GPU (the largest stage's weights, all layers)
+
+    def default_utilization(self, req: FitRequest, profile: Any) -> float:
+        raise NotImplementedError
+
+    def prepare(self, req: FitRequest, profile: Any, utilization: float, max_model_len: int) -> tuple[Any, list[str]]:
+        """The engine's settings for this request, and notes about them."""
+        return None, []
+
+    def stage_memory(self, req: FitRequest, setup: Setup) -> list[int]:
+        """Each pipeline stage's GPU memory."""
+        return [req.gpu.memory_bytes] * req.pp
+
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+        raise NotImplementedError
+
+    def non_torch(self, req: FitRequest, setup: Setup) -> int:
+        return estimates.non_torch_bytes(req.tp, req.pp)
+
+    def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
+        """Estimated CUDA-graph memory (0: the engine's budget does not count it)."""
+        return 0
+
+    def kv_memory(self, req: FitRequest, setup: Setup, memory_bytes: int, c: Components) -> int:
+        """The KV memory by the engine's formula (``--kv-cache-memory-bytes`` is handled by the skeleton)."""
+        raise NotImplementedError
+
+    def capacity(self, req: FitRequest, setup: Setup, stages: list[Stage]) -> Capacity:
+        raise NotImplementedError
+
+    def concurrency_reason(self, req: FitRequest, max_model_len: int, concurrency: float) -> str:
+        return f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit; {concurrency:.2f} do"
+
+
+def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
+    """The budget skeleton (the module docstring's steps) under ``budget``'s engine rules."""
+    spec, gpu = req.spec, req.gpu
+    profile = req.engine_profile()
+    util = req.gpu_memory_utilization or budget.default_utilization(req, profile)
+    max_len = req.max_model_len or spec.max_model_len
+    if max_len <= 0:
+        raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
+    settings, setup_notes = budget.prepare(req, profile, util, max_len)
+    setup = Setup(profile=profile, utilization=util, max_model_len=max_len, engine=settings,
+                  notes=tuple(setup_notes))
+    weights, notes = model_weights(req)
+    notes.extend(setup.notes)
+    estimated: set[str] = set()
+    ranges = pp_stages(spec.num_layers, req.pp)
+    memory = budget.stage_memory(req, setup)
+
+    def stage_weights(s: int) -> int:
+        if req.weights_memory is not None:
+            return req.weights_memory
+        assert weights is not None  # model_weights counts them unless they are given
+        return weights.per_stage_bytes[s] if budget.per_stage else max(weights.per_stage_bytes)
+
+    if budget.per_stage:
+        units = [(s, tuple(spec.layers[i] for i in r), s == len(ranges) - 1) for s, r in enumerate(ranges)]
+    else:
+        units = [(0, tuple(spec.layers), True)]
+    stages = []
+    for s, layers, last in units:
+        c = Components(
+            weights=stage_weights(s),
+            activation=given_or_estimate(req.activation_memory, "activation", estimated,
+                                         partial(budget.activation, req, setup, last)),
+            non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,
+                                        partial(budget.non_torch, req, setup)),
+            cuda_graph=given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated,
+                                         partial(budget.cuda_graph, req, setup)),
+        )
+        kv = (req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None
+              else budget.kv_memory(req, setup, memory[s], c))
+        stages.append(Stage(index=s, layers=layers, memory_bytes=memory[s], components=c, kv_bytes=kv))
+
+    cap = budget.capacity(req, setup, stages)
+    reasons = list(cap.reasons)
+    concurrency = cap.max_concurrency
+    if cap.check_concurrency and req.concurrency and concurrency < req.concurrency and not reasons:
+        reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency))
+    c = cap.stage.components
+    unused = cap.unused
+    if unused is None:
+        unused = max(0, cap.stage.memory_bytes - c.weights - c.activation - c.non_torch - c.cuda_graph
+                     - cap.kv_cache_bytes)
+    return FitResult(
+        engine=budget.engine, gpu=gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(spec, req.kv_dtype).name,
+        weight_dtype=weights.format if weights else "given", max_model_len=cap.max_model_len,
+        breakdown=Breakdown(weights=c.weights, activation=c.activation, non_torch=c.non_torch,
+                            cuda_graph=c.cuda_graph, kv_cache=cap.kv_cache_bytes, unused=unused),
+        kv_cache_memory_bytes=cap.kv_cache_bytes, block_size=cap.block_size, page_size_bytes=cap.page_size_bytes,
+        num_blocks=cap.num_blocks, kv_cache_tokens=cap.kv_cache_tokens, max_concurrency=concurrency,
+        max_model_len_fit=cap.max_model_len_fit, fits=not reasons, reasons=tuple(reasons),
+        estimated=tuple(sorted(estimated)), settings=cap.settings, notes=(*notes, *cap.notes),
+        params=weights.params if weights else 0, engine_version=profile.version, usable_blocks=cap.usable_blocks,
+        logged_kv_cache_tokens=cap.logged_kv_cache_tokens, logged_capacity_rule=cap.logged_capacity_rule,
+    )

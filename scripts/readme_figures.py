@@ -178,7 +178,13 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "validation-cpu": validation_cpu,
     "simulate-paper": simulate_paper,
 }
-TIMINGS: dict[str, Callable[[], str]] = {"timings-size": timings_size}
+def timings_simulate() -> str:
+    out = subprocess.run([sys.executable, "benchmarks/bench_simulate.py"], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout
+    return "```\n$ python benchmarks/bench_simulate.py\n" + out.rstrip() + "\n```"
+
+
+TIMINGS: dict[str, Callable[[], str]] = {"timings-size": timings_size, "timings-simulate": timings_simulate}
 # Blocks in other documents: name -> (file, generator); checked and written like the README's.
 DOC_BLOCKS: dict[str, tuple[Path, Callable[[], str]]] = {
     "engine-profiles": (ROOT / "docs" / "engines.md", engine_profiles),

@@ -88,7 +88,7 @@ def _plain(cell: Any) -> str:
     if isinstance(cell, Text):
         return cell.plain
     if isinstance(cell, str):
-        return Text.from_markup(cell).plain
+        return Text.from_markup(cell, emoji=False).plain
     return str(cell)
 
 

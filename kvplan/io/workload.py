@@ -5,7 +5,6 @@ the conversion to the simulator's core values."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimReque
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_draws
 from kvplan.errors import ConfigError, InputError, KvplanError
 from kvplan.io.units import parse_size
-from kvplan.io.yamlio import iter_lines, load_yaml, parse_model
+from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
 # Bounds that keep every run finite and every number exact (integer picoseconds, integer slots).
@@ -304,12 +303,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
     for number, line in iter_lines(path):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: line {number}: not valid JSON: {exc.msg}") from None
-        except RecursionError:
-            raise ConfigError(f"{path}: line {number}: nested too deeply") from None
+        row = parse_json(line, str(path), line=number)
         if not isinstance(row, dict):
             raise ConfigError(f"{path}: line {number}: expected a JSON object per line (got {type(row).__name__})")
         yield number, row

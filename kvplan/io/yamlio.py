@@ -191,14 +191,20 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: nested too deeply to read") from None
 
 
-def load_json(path: Path) -> Any:
-    text = read_text(path)
+def parse_json(text: str, where: str, *, line: int | None = None) -> Any:
+    """JSON text read into Python, or a ConfigError naming ``where`` (and the line: ``line`` for one line of a
+    JSONL file, else the decoder's)."""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        raise ConfigError(f"{where}: line {line or exc.lineno}: not valid JSON: {exc.msg}") from None
     except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to read (kvplan's inputs nest a few levels)") from None
+        at = f" line {line}:" if line else ""
+        raise ConfigError(f"{where}:{at} nested too deeply to read (kvplan's inputs nest a few levels)") from None
+
+
+def load_json(path: Path) -> Any:
+    data = parse_json(read_text(path), str(path))
     _check_json_depth(path, data)
     return data
 

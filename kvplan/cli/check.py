@@ -17,7 +17,7 @@ import typer
 
 from kvplan.cli.root import app
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, KvplanError
 
 if TYPE_CHECKING:
     from kvplan.core.budgets import Change, LimitResult
@@ -181,7 +181,11 @@ def check(
     base = _load_baseline(baseline) if baseline else {}
     results = []
     for b in spec.budgets:
-        m = measure(b, budgets_file)
+        try:
+            m = measure(b, budgets_file)
+        except KvplanError as exc:
+            where = f"{budgets_file}: budget {b.name!r}: "
+            raise type(exc)(str(exc) if str(exc).startswith(str(budgets_file)) else where + str(exc)) from None
         results += [judge(b.name, key, m.values[key], m.thresholds[key], m.reasons.get(key, "")) for key in m.thresholds]
     changes = compare(results, base) if baseline else []
     passed = all(r.passed for r in results)

@@ -45,10 +45,18 @@ def _gpu_for(log: VLLMLog, gpu: Optional[str], gpu_memory: Optional[str] = None)
 
 def _profile(log: VLLMLog, engine: Optional[str], notes: list[str]) -> Any:
     if engine:
-        from kvplan.core.profiles import parse_engine
+        from kvplan.core.profiles import Version, parse_engine
         from kvplan.core.profiles.vllm import v0_variant
+        from kvplan.errors import InputError
 
         choice = parse_engine(engine, allowed=("vllm",))
+        asked = choice.profile.since if not choice.asked else Version.parse(choice.asked)
+        if log.generation == "V0" and not asked < Version.parse("0.11.0"):
+            raise InputError(f"--engine {engine}: the log is from vLLM's V0 engine, which 0.11 removed; name the "
+                             "release that wrote it (0.6 to 0.10)")
+        if log.generation == "V1" and asked < Version.parse("0.7.0"):
+            raise InputError(f"--engine {engine}: the log is from vLLM's V1 engine, which begins in 0.7; name the "
+                             "release that wrote it")
         if choice.note and choice.asked:
             notes.append(choice.note)
         return v0_variant(choice.profile) if log.generation == "V0" else choice.profile

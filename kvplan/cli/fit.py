@@ -77,11 +77,11 @@ def fit_cmd(
     utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization",
         help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction "
-             "(default: the engine's: vLLM 0.92, SGLang by GPU memory and tp, TRT-LLM 0.9)."),
+             "(default: the release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
                                                 help="Context per request (default: the model's "
                                                      "max_position_embeddings); -1: the longest that fits "
-                                                     "(vLLM's auto-fit, from 0.14)."),
+                                                     "(vLLM's auto-fit, from 0.14; vLLM only)."),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
     pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
@@ -94,13 +94,15 @@ def fit_cmd(
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default: the "
                                                                         "engine's: vLLM 16, 64 for MLA; "
                                                                         "TRT-LLM 32; SGLang 1)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per step (default: vLLM's: "
-                                                                            "1024 on GPUs of 70 GiB or more "
-                                                                            "other than A100, else 256)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per step (default: the vLLM "
+                                                                            "release's: 256 in V0; from 0.9, 1024 "
+                                                                            "on GPUs of 70 GiB or more other than "
+                                                                            "A100, else 256)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
         None, "--max-num-batched-tokens",
-        help="Tokens per step, which sizes the profiling run (default: vLLM's: 8192 on GPUs of 70 GiB or more "
-             "other than A100, else 2048)."),
+        help="Tokens per step, which sizes the profiling run (default: the vLLM release's: V0 max(max_model_len, "
+             "2048), 2048 above 32K; V1 8192 on GPUs of 70 GiB or more other than A100, 16384 on B200 from 0.28, "
+             "else 2048)."),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes",
                                                         help="KV memory per GPU, e.g. 40GiB: skips the budget "
                                                              "(vLLM --kv-cache-memory-bytes)."),
@@ -152,6 +154,10 @@ def fit_cmd(
     gpu_spec = get_gpu(gpu, memory=gpu_memory)
     auto_fit = max_model_len == -1
     if auto_fit:
+        if choice.name != "vllm":
+            from kvplan.errors import InputError
+
+            raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
         max_model_len = None
     spec = load_model(model)
     req = FitRequest(

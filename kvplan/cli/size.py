@@ -156,7 +156,7 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     multi = r.num_gpus > 1
     cols = ("layers", "kind", "held/seq", "B/token", "per seq", "total", "per GPU") if multi else \
         ("layers", "kind", "held/seq", "B/token", "per seq", "total")
-    table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"),
+    table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"), no_wrap=("layers",),
                       title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi else ""))
     for g in r.groups:
         held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"

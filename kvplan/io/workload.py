@@ -463,8 +463,11 @@ def resolve_workload(path: Path, *, engine: str | None = None) -> Workload:
         wf = wf.model_copy(update={"serving": wf.serving.model_copy(update={"engine": engine})})
     s = wf.serving
     notes: list[str] = []
-    spec = load_model(s.model) if s.model else None
-    gpu = get_gpu(s.gpu, memory=s.gpu_memory) if (s.gpu or s.gpu_memory) else None
+    try:
+        spec = load_model(s.model) if s.model else None
+        gpu = get_gpu(s.gpu, memory=s.gpu_memory) if (s.gpu or s.gpu_memory) else None
+    except KvplanError as exc:
+        raise type(exc)(f"{path}: serving: {exc}") from None
     max_len = wf.scheduler.max_model_len or (spec.max_model_len if spec else 0)
     if max_len < 2:
         raise ConfigError(f"{path}: scheduler.max_model_len is required when serving.model gives none")

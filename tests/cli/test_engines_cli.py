@@ -95,3 +95,44 @@ def test_bad_vllm_inputs_exit_2(args, message):
     r = runner.invoke(app, ["fit", "llama3-8b", *args])
     assert r.exit_code == 2, r.output
     assert message in r.stderr
+
+
+def test_before_0_20_graphs_must_fit_the_slack_left_after_the_kv_cache():
+    # vLLM 0.11 allocates the KV cache to 0.95 of the GPU, then captures graphs in what is left
+    args = ["fit", "llama3.1-70b", "--gpu", "H100", "-tp", "2", "--engine", "vllm==0.11.0", "--max-model-len",
+            "20000", "--json"]
+    tight = run(*args, "--gpu-memory-utilization", "0.95", code=1)
+    assert any(r.startswith("CUDA graphs") for r in tight["reasons"]) and tight["breakdown"]["unused"] == 0
+    assert {w["change"]: w["fits"] for w in tight["what_if"]}["--enforce-eager"]
+    assert run(*args, "--gpu-memory-utilization", "0.95", "--enforce-eager")["fits"]
+
+
+def test_v0_turns_chunked_prefill_on_above_32k():
+    long = run("fit", "llama3.1-8b", "--gpu", "H100", "--engine", "vllm==0.6.5", "--json")
+    short = run("fit", "llama3.1-8b", "--gpu", "H100", "--engine", "vllm==0.6.5", "--max-model-len", "16384", "--json")
+    assert long["settings"]["max_num_batched_tokens"] == 2048 and short["settings"]["max_num_batched_tokens"] == 16384
+
+
+def test_blackwell_captures_up_to_1024_from_0_28():
+    b200 = run("fit", "llama3.1-8b", "--gpu", "B200", "--json")
+    old = run("fit", "llama3.1-8b", "--gpu", "B200", "--engine", "vllm==0.27.0", "--json")
+    assert b200["settings"]["cuda_graph_sizes"] == 83 and old["settings"]["cuda_graph_sizes"] == 51
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fit", "llama3.1-8b", "--gpu", "H100", "--block-size", "7"], "vllm has no block size 7"),
+    (["fit", "llama3-8b", "--gpu", "L4", "--engine", "sglang", "--max-model-len", "-1"], "auto-fit) is vLLM's"),
+    (["explain", "tests/fixtures/vllm_logs/v0_6_4_llama31_8b_rtx3090_20k.log", "--model", "llama3.1-8b", "-e",
+      "vllm==0.12.0"], "V0 engine, which 0.11 removed"),
+])
+def test_inputs_that_cannot_go_together_exit_2(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr
+
+
+def test_errors_inside_files_name_the_file(tmp_path):
+    budgets = tmp_path / "b.yaml"
+    budgets.write_text("budgets:\n  - name: x\n    model: nosuch\n    require: {max_kv_bytes_per_token: 1MiB}\n")
+    r = runner.invoke(app, ["check", str(budgets)])
+    assert r.exit_code == 2 and f"{budgets}: budget 'x': unknown model 'nosuch'" in r.stderr

@@ -27,7 +27,7 @@ def fit(req: FitRequest) -> FitResult:
     if req.engine not in FITTERS:
         raise InputError(f"fit knows the budgets of {', '.join(FITTERS)}; not {req.engine!r}")
     check_request(req)
-    get_engine(req.engine).check_kv_dtype(req.kv_dtype)
+    get_engine(req.engine, block_size=req.block_size).check_kv_dtype(req.kv_dtype)  # the engine's block sizes
     result = FITTERS[req.engine](req)
     model_max = req.spec.max_model_len
     if req.max_model_len and 0 < model_max < req.max_model_len:
@@ -102,7 +102,8 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
     if 0 < base.max_model_len_fit < base.max_model_len:
         options.append((f"--max-model-len {base.max_model_len_fit}",
                         dataclasses.replace(req, max_model_len=base.max_model_len_fit)))
-    if base.breakdown.cuda_graph and not req.enforce_eager and _graphs_in_budget(req):
+    if base.breakdown.cuda_graph and not req.enforce_eager and (_graphs_in_budget(req) or any(
+            r.startswith("CUDA graphs") for r in base.reasons)):
         options.append(("--enforce-eager", dataclasses.replace(req, enforce_eager=True, cuda_graph_memory=None)))
     util = next((v for k, v in base.settings.items()
                  if k in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction")), None)

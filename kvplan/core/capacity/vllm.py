@@ -37,7 +37,7 @@ from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, i
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
-from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, capture_sizes
+from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, blackwell_class, capture_sizes
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind
 from kvplan.errors import InputError
 
@@ -50,7 +50,6 @@ def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: 
                         num_speculative_tokens=req.num_speculative_tokens, name=req.spec.name)
 
 
-_max_len_fit = estimate_max_model_len  # the name earlier code used
 
 
 def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int) -> int:
@@ -112,7 +111,8 @@ class VLLMBudget(EngineBudget):
         mnbt = req.max_num_batched_tokens or default_mnbt
         max_num_seqs = req.max_num_seqs or default_seqs
         graphs = () if req.enforce_eager else tuple(capture_sizes(rules, max_num_seqs=max_num_seqs,
-                                                                  max_num_batched_tokens=mnbt))
+                                                                  max_num_batched_tokens=mnbt,
+                                                                  blackwell=blackwell_class(req.gpu)))
         notes = []
         if req.kv_cache_memory_bytes is not None and not rules.kv_cache_memory_bytes:
             notes.append(f"vLLM {profile.version} has no --kv-cache-memory-bytes (from 0.10.2): the figure is used as "
@@ -205,6 +205,13 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
             reasons.append(f"one request of max_model_len {max_len:,} needs {needed / GiB:.2f} GiB of KV cache, "
                            f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits is "
                            f"{plan.estimated_max_model_len:,}")
+    slack = memory - requested
+    if v.graphs and not subtract_graphs and req.kv_cache_memory_bytes is None and c.cuda_graph > slack:
+        # before 0.20 the KV cache takes the whole budget first; the graphs are captured afterwards in what is
+        # left of the GPU (vllm/v1/worker/gpu_worker.py::compile_or_warm_up_model): they must fit there
+        reasons.append(f"CUDA graphs ({len(v.graphs)} batch sizes, {c.cuda_graph / GiB:.2f} GiB) are captured after "
+                       f"the KV cache fills {util} of the GPU, in the {max(0, slack) / GiB:.2f} GiB left: lower "
+                       "--gpu-memory-utilization, --max-num-seqs, or --enforce-eager")
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
@@ -231,8 +238,8 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
         kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size, max_concurrency=plan.max_concurrency,
         max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
         # given KV memory: the skeleton's unused (what the components and the KV memory leave)
-        unused=memory - requested - (0 if subtract_graphs else c.cuda_graph) if req.kv_cache_memory_bytes is None
-        else None,
+        unused=max(0, memory - requested - (0 if subtract_graphs else c.cuda_graph))
+        if req.kv_cache_memory_bytes is None else None,
         settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
                   "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
                   "cuda_graph_sizes": len(v.graphs)},

@@ -166,6 +166,8 @@ def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[
     name = gpu.name.lower()
     big = gpu.memory_bytes >= 70 * GiB
     if rules.batch_defaults == "v0":
+        if max_model_len > V0_LONG_CONTEXT:  # chunked prefill turns on: the budget is one chunk
+            return V0_MIN_BATCHED_TOKENS, 256
         return max(max_model_len, V0_MIN_BATCHED_TOKENS), 256
     if rules.batch_defaults in ("v1_0.8.0", "v1_0.8.4"):
         hopper = "h100" in name or "h200" in name
@@ -182,18 +184,28 @@ def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[
 # V0's SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048)
 # (0.6.6: vllm/config.py::SchedulerConfig.__post_init__).
 V0_MIN_BATCHED_TOKENS = 2048
+# V0 turns chunked prefill on by itself above 32K of context (0.6.6: vllm/engine/arg_utils.py use_long_context).
+V0_LONG_CONTEXT = 32 * 1024
 
 
-def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
-    """The batch sizes vLLM captures CUDA graphs for (docs/engine-versions-research.md section 2a)."""
+def blackwell_class(gpu: GPUSpec) -> bool:
+    """Compute capability 10.x (B200, B300, GB200, GB300): vLLM 0.28+ captures larger graph batches there."""
+    return gpu.name.upper().replace("-", "").startswith(("B200", "B300", "GB200", "GB300"))
+
+
+def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens: int,
+                  blackwell: bool = False) -> list[int]:
+    """The batch sizes vLLM captures CUDA graphs for (docs/engine-versions-research.md section 2a); from 0.28 the
+    default cap is 1024 on compute capability 10.x (0.28.0: vllm/config/vllm.py), 512 elsewhere."""
     if rules.capture == "v0":
         candidates = [1, 2, 4] + [8 * i for i in range(1, 1025)]
         top = next(c for c in candidates if c >= max_num_seqs) if max_num_seqs <= candidates[-1] else candidates[-1]
         return [c for c in candidates if c <= top]
+    top = 1024 if blackwell and rules.batch_defaults == "v1_0.28" else 512
     if rules.capture == "v1_512":
         cap = 512
     else:
-        cap = min(2 * max_num_seqs, 512)
+        cap = min(2 * max_num_seqs, top)
     if rules.capture == "v1_2x_seqs_step16":
         cap = min(cap, max_num_batched_tokens)
         return [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)] if s <= cap]

@@ -13,7 +13,6 @@ from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
-from kvplan.core.profiles import parse_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
 from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
@@ -117,6 +116,8 @@ def size(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
+    from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
+
     choice = parse_engine(engine)
     get_engine(choice.name, block_size=block_size)  # reject a bad engine or block size before loading anything
     if kv_cache_dtype != "auto":

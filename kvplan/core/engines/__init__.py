@@ -5,22 +5,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import importlib
+
 from kvplan.core.engines.base import Engine
-from kvplan.core.engines.hf import HFEngine
-from kvplan.core.engines.ideal import IdealEngine
-from kvplan.core.engines.sglang import SGLangEngine
-from kvplan.core.engines.trtllm import TRTLLMEngine
-from kvplan.core.engines.vllm import VLLMEngine
 from kvplan.core.spec import MLALayer, ModelSpec
 from kvplan.errors import InputError
 
-ENGINES: dict[str, type[Engine]] = {
-    "ideal": IdealEngine,
-    "hf": HFEngine,
-    "vllm": VLLMEngine,
-    "sglang": SGLangEngine,
-    "trtllm": TRTLLMEngine,
+# name -> (module, class): each engine's module is imported when that engine is used (start-up time)
+ENGINES: dict[str, tuple[str, str]] = {
+    "ideal": ("ideal", "IdealEngine"),
+    "hf": ("hf", "HFEngine"),
+    "vllm": ("vllm", "VLLMEngine"),
+    "sglang": ("sglang", "SGLangEngine"),
+    "trtllm": ("trtllm", "TRTLLMEngine"),
 }
+
+
+def engine_class(name: str) -> type[Engine]:
+    module, cls = ENGINES[name]
+    return getattr(importlib.import_module(f"kvplan.core.engines.{module}"), cls)
 
 MAX_BLOCK_SIZE = 1 << 16
 
@@ -28,11 +31,9 @@ MAX_BLOCK_SIZE = 1 << 16
 def get_engine(name: str, *, block_size: int | None = None, profile: Any = None) -> Engine:
     """The engine named ``name`` (a bare name: see kvplan.core.profiles.parse_engine for NAME==VERSION),
     with its default block size unless ``block_size`` is given, under ``profile``'s rules."""
-    try:
-        cls = ENGINES[name.lower()]
-    except KeyError:
-        raise InputError(f"unknown engine {name!r}; use one of: {', '.join(ENGINES)}") from None
-    engine = cls()
+    if name.lower() not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; use one of: {', '.join(ENGINES)}")
+    engine = engine_class(name.lower())()
     name = name.lower()
     if block_size is not None:
         if not 1 <= block_size <= MAX_BLOCK_SIZE:
@@ -63,7 +64,7 @@ def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None,
 
             profile = registry().newest("vllm")
         mla_block = profile.rules.mla_block_size
-        if mla_block != VLLMEngine.block_size:
+        if mla_block != engine_class("vllm").block_size:
             return get_engine(name, block_size=mla_block, profile=profile), (
                 f"vLLM uses {mla_block}-token blocks for MLA models (FlashMLA); --block-size overrides")
     return get_engine(name, block_size=block_size, profile=profile), None

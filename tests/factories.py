@@ -1,4 +1,4 @@
-"""Spec factories for tests (as vLLM's tests build specs: small, explicit, overridable)."""
+"""Factories for tests: specs (as vLLM's tests build them: small, explicit, overridable) and hostile inputs."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def make_spec(layers=None, *, num_layers: int = 4, dtype: str = "fp16", num_atte
         layers = [make_attention(**attn)] * num_layers
     return ModelSpec(name="test", layers=tuple(layers), dtype=dtype, max_model_len=max_model_len,
                      num_attention_heads=num_attention_heads, hidden_size=4096)
+
+
+def alias_bomb() -> str:
+    """A 1 KB YAML "billion laughs": ten levels of nine aliases each, 9**10 nodes once expanded."""
+    text = "a: &a [x,x,x,x,x,x,x,x,x]\n"
+    for i in range(9):
+        prev, name = chr(97 + i), chr(98 + i)
+        text += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]\n"
+    return text

@@ -22,23 +22,16 @@ from typer.testing import CliRunner
 
 from kvplan.cli import app
 from kvplan.io.models import _read_bundled, bundled_index
+from tests.factories import alias_bomb
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 20
 
 
-def _bomb() -> str:
-    text = "a: &a [x,x,x,x,x,x,x,x,x]\n"
-    for i in range(9):
-        prev, name = chr(97 + i), chr(98 + i)
-        text += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]\n"
-    return text
-
-
 BAD_FILES = {
     "fifo": None,
     "dev-zero": "/dev/zero",
-    "alias-bomb.yaml": _bomb(),
+    "alias-bomb.yaml": alias_bomb(),
     "deep.yaml": "[" * 50_000 + "]" * 50_000,
     "deep.json": "[" * 50_000 + "]" * 50_000,
     "non-utf8.yaml": b"name: x\n\xff\xfe\x00\x01 binary\n",

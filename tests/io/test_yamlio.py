@@ -9,14 +9,7 @@ import pytest
 from kvplan.errors import ConfigError
 from kvplan.io import yamlio
 from kvplan.io.yamlio import iter_lines, load_json, load_yaml, read_text, yaml_key_lines
-
-
-def billion_laughs() -> str:
-    text = "a: &a [x,x,x,x,x,x,x,x,x]\n"
-    for i in range(9):
-        prev, name = chr(97 + i), chr(98 + i)
-        text += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]\n"
-    return text
+from tests.factories import alias_bomb
 
 
 @pytest.fixture
@@ -106,7 +99,7 @@ def test_deep_json_is_refused(tmp_path):
 
 def test_alias_bomb_is_refused(tmp_path):
     path = tmp_path / "bomb.yaml"
-    path.write_text(billion_laughs())
+    path.write_text(alias_bomb())
     with pytest.raises(ConfigError, match="alias bomb"):
         load_yaml(path)
 
@@ -128,7 +121,7 @@ def test_key_lines_visit_each_node_once(tmp_path, monkeypatch):
     # Below the load limit an alias-heavy file still has 9^5 paths; the walk lists each node once.
     monkeypatch.setattr(yamlio, "MAX_YAML_NODES", 10**9)
     path = tmp_path / "wide.yaml"
-    path.write_text("\n".join(billion_laughs().splitlines()[:5]) + "\n")
+    path.write_text("\n".join(alias_bomb().splitlines()[:5]) + "\n")
     lines = yaml_key_lines(path)
     assert lines[("a",)] == 1 and lines[("e",)] == 5
     assert len(lines) < 100

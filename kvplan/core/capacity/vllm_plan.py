@@ -354,9 +354,10 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
 
 def check_layout_dtype(rules: VLLMRules, dtype: KVDtype, version: str) -> None:
     """Refuse a vLLM-only KV layout the release does not have yet."""
-    layouts = ("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head")
-    if dtype.name in layouts and dtype.name not in rules.layout_kv_dtypes:
-        since = "0.11.0" if dtype.name == "fp8_ds_mla" else "0.20.0"
+    from kvplan.core.profiles.vllm import VLLM_PROFILES
+
+    if dtype.name in VLLM_PROFILES[-1].rules.layout_kv_dtypes and dtype.name not in rules.layout_kv_dtypes:
+        since = next(p.version for p in VLLM_PROFILES if dtype.name in p.rules.layout_kv_dtypes)
         raise ConfigError(f"vLLM {version} has no --kv-cache-dtype {dtype.name} (from {since}); pin "
                           f"--engine vllm=={since} or later, or use fp8")
 

@@ -28,6 +28,7 @@ from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.arch import arch_from_config
+from kvplan.io.families import family_module
 
 
 # Upper bounds on config.json integers, so that no input can build per-layer structures of a billion
@@ -315,7 +316,10 @@ def spec_from_hf_config(
         notes.append("config gives no max_position_embeddings; pass --seq-len")
 
     layers: list[Layer]
-    if cfg.has("kv_lora_rank"):
+    family = family_module(model_type)
+    if family is not None:
+        layers = family.layers(cfg, model_type, hidden=hidden, num_heads=num_heads, notes=notes)
+    elif cfg.has("kv_lora_rank"):
         if cfg.has("num_key_value_heads"):
             notes.append(
                 f"num_key_value_heads {_show(cfg.get('num_key_value_heads'))} ignored: MLA caches the "
@@ -359,7 +363,10 @@ def spec_from_hf_config(
                 layers.append(
                     AttentionLayer(kind=kind, num_kv_heads=kv_heads, k_head_dim=head_dim, v_head_dim=v_head_dim, window=size)
                 )
-    arch = arch_from_config(cfg, model_type=model_type, layers=tuple(layers), hidden=hidden)
+    if family is not None and hasattr(family, "arch"):
+        arch = family.arch(cfg, model_type, layers=tuple(layers), hidden=hidden)
+    else:
+        arch = arch_from_config(cfg, model_type=model_type, layers=tuple(layers), hidden=hidden)
     if isinstance(raw.get("vision_config"), dict):
         notes.append("the vision tower's weights are not counted (language model only)")
     quirks: set[str] = set()

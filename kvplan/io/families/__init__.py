@@ -1,0 +1,34 @@
+"""Readers for architectures whose cache layout the generic reader in ``kvplan.io.hf_config`` cannot
+describe: each module names the ``model_type`` values it reads and returns the layers (and, where the
+generic weight count does not fit, the architecture shape).
+
+A module defines ``MODEL_TYPES`` (a tuple of config ``model_type`` values), ``layers(cfg, model_type,
+*, hidden, num_heads, notes) -> list[Layer]`` and optionally ``arch(cfg, model_type, *, layers, hidden)
+-> ArchShape | None``. ``cfg`` is hf_config's typed reader (every read checked and bounded).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# Module per group of families; imported only when a config of one of its model types is read, so
+# the model types are listed here (each module's MODEL_TYPES must equal its entry; tested).
+_MODULE_TYPES: dict[str, tuple[str, ...]] = {
+    # MLA with sparse-attention indexers and MLA descendants
+    "kvplan.io.families.mla": (),
+
+    # hybrids of attention with linear-attention / state-space mixers
+    "kvplan.io.families.hybrid": (),
+
+    # softmax attention with per-layer shapes and cross-layer KV sharing
+    "kvplan.io.families.attention": (),
+}
+
+
+def family_module(model_type: str) -> ModuleType | None:
+    """The family module that reads ``model_type``, or None for the generic reader."""
+    for module, types in _MODULE_TYPES.items():
+        if model_type in types:
+            return importlib.import_module(module)
+    return None

@@ -184,6 +184,12 @@ def layers(cfg: Any, model_type: str, *, hidden: int, num_heads: int, notes: lis
         head_dim = cfg.int("head_dim", default=256) if gemma3n else _head_dim(cfg, hidden, num_heads)
         shapes = [(kv, head_dim)] * num_layers
     reads = _kv_sharing(cfg, kinds, notes) if gemma4 or gemma3n else {}
+    mtp = cfg.int("num_nextn_predict_layers", "num_mtp_modules", default=0, minimum=0)
+    if mtp and (model_type != "minimax_m2" or cfg.bool("use_mtp", True)):
+        # vLLM 0.33.0 drops them from the served model (glm4_moe.py load_weights: skip_spec_layers;
+        # minimax_m2.py maps layers.{num_hidden_layers + i} to None); transformers does not build them either
+        notes.append(f"the checkpoint's {mtp} multi-token-prediction layer(s) are not counted (loaded only as a "
+                     "speculative-decoding draft)")
     out: list[Layer] = []
     for i, (kind, (kv, head_dim)) in enumerate(zip(kinds, shapes)):
         if i in reads:

@@ -3,6 +3,8 @@ MoE weight layouts. Expected figures are worked by hand from the config values i
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kvplan.core.engines import get_engine
@@ -262,3 +264,19 @@ def test_every_published_figure_a_bundled_file_cites_is_met_within_one_percent()
         spec = load_bundled(bundled_index()[name])
         total = count_params(spec, spec.arch).total
         assert abs(total - published["params"]) / published["params"] < 0.01, (name, total, published)
+
+
+def test_gemma4_26b_a4b_moe_counts_match_the_model_card():
+    """Gemma 4 26B-A4B (not bundled; its text_config values as public copies quote them): every layer runs a
+    dense MLP (2112) beside 128 experts of 704, top 8. Model card: 25.2B total, 3.8B active."""
+    cfg = gemma4(hidden_size=2816, num_hidden_layers=30, num_attention_heads=16, num_key_value_heads=8,
+                 num_global_key_value_heads=2, head_dim=256, global_head_dim=512, intermediate_size=2112,
+                 enable_moe_block=True, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
+                 vocab_size=262_144, sliding_window=1024)
+    spec = spec_of(cfg)
+    counts = count_params(spec, spec.arch)
+    assert abs(counts.total - 25.2e9) / 25.2e9 < 0.01
+    assert abs(counts.active(spec.arch.moe) - 3.8e9) / 3.8e9 < 0.03
+    # the same layers without the dense MLP: 30 x 3 x 2816 x 2112 fewer parameters
+    alone = count_params(spec, dataclasses.replace(spec.arch, dense_with_moe=False))
+    assert counts.total - alone.total == 30 * 3 * 2816 * 2112

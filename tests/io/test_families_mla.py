@@ -335,3 +335,16 @@ def test_show_prints_the_indexer_and_the_compressed_layers():
 def test_models_lists_the_new_families():
     names = {m["name"] for m in _json("models")["models"]}
     assert {"deepseek-v3.2", "glm-5.1", "kimi-k2.5", "longcat-flash", "deepseek-v4-pro"} <= names
+
+
+def test_deepseek_v4_vllm_fit_layout_by_hand():
+    """fit's estimate of vLLM's pool for V4-Pro: a block is 256 tokens of every layer's entries and indexer keys,
+    31 x 1,728 (HCA) + 30 x (37,440 + 8,640) (CSA) = 1,435,968 B. Each request is also charged its bounded caches
+    at their largest while decoding (641 tokens: every window straddles a block): CSA 3 x 37,440 + 3 x 32,832 +
+    3 x 8,640 = 236,736 B; HCA 3 x 37,440 + 17 x 32,832 = 670,464 B (window 128 in 8-token blocks: 81 - 64);
+    30 x 236,736 + 31 x 670,464 = 27,886,464 B = 19.4 -> 20 blocks."""
+    from kvplan.core.capacity.vllm_plan import v4_layout
+
+    layout = v4_layout(list(load_model("deepseek-v4-pro").layers))  # type: ignore[arg-type]
+    assert layout.page_bytes == 1_435_968 and layout.buckets[0].extra_blocks == 20
+    assert layout.blocks_per_request(1 << 20, 8192) == (1 << 20) // 256 + 20

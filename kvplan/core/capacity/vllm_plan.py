@@ -225,14 +225,14 @@ def v4_layout(layers: list[CompressedLayer]) -> KVLayout:
     own grouping of these caches (kv_cache_planning.py) is not reproduced."""
     from kvplan.core.engines.vllm import V4_ENTRY_BLOCK, V4_GROWING, v4_pages
 
-    steady = 2 * V4_ENTRY_BLOCK + max(layer.window for layer in layers)  # every bounded cache at its largest
+    steady = 2 * V4_ENTRY_BLOCK + max(layer.window for layer in layers)  # past every window
     unit = bounded = 0
-    for layer in layers:
-        for name, held, page in v4_pages(layer, steady):
-            if name in V4_GROWING:
-                unit += page
-            else:
-                bounded += held * page
+    for layer in set(layers):
+        count = layers.count(layer)
+        unit += count * sum(page for name, _, page in v4_pages(layer, steady) if name in V4_GROWING)
+        # the bounded caches at their largest over a block's worth of decode steps (a window straddles blocks)
+        bounded += count * max(sum(held * page for name, held, page in v4_pages(layer, n) if name not in V4_GROWING)
+                               for n in range(steady, steady + V4_ENTRY_BLOCK))
     unit = unit or bounded  # sliding-window-only layers: the bounded part is the whole cache
     bucket = Bucket(kind=LayerKind.FULL, window=0, block_size=V4_ENTRY_BLOCK, num_layers=len(layers), num_groups=1,
                     extra_blocks=cdiv(bounded, unit))

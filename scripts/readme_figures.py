@@ -60,6 +60,10 @@ def published() -> str:
         ("Llama-3.1-405B bf16", f"{bpt('llama3.1-405b'):,} B/token", ""),
         ("Qwen2.5-72B bf16", f"{bpt('qwen2.5-72b'):,} B/token", ""),
         ("DeepSeek-V3 bf16 MLA latent", f"{bpt('deepseek-v3'):,} B/token", "(512 + 64) x 61 x 2"),
+        ("DeepSeek-V3.2 bf16 latent + indexer key", f"{bpt('deepseek-v3.2'):,} B/token", "(512 + 64 + 128) x 61 x 2"),
+        ("DeepSeek-V4-Pro bf16, 1M tokens",
+         f"{kvplan_json('size', 'deepseek-v4-pro', '--seq-len', str(1 << 20))['total_bytes'] / GiB:.2f} GiB a sequence",
+         "9.62 GiB (DeepSeek V4 release)"),
         ("GPT-3 175B fp16, 4,096 tokens", f"{' / '.join(f'{g:,.0f}' for g in gpt3)} GiB at batch 4 / 16 / 64",
          '75.5 / 302 / 1,208 "GB"'),
     ]

@@ -14,7 +14,7 @@ from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table,
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
-from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.core.spec import CompressedLayer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
 from kvplan.errors import InputError
 from kvplan.io.models import bundled_index, bundled_published, load_bundled, load_model
 
@@ -161,6 +161,8 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
                       title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi else ""))
     for g in r.groups:
         held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"
+        if isinstance(g.layer, CompressedLayer) and g.layer.compress_ratio:
+            held += f" + {g.layer.entries(r.seq_len):,} entries"
         row = [f"{g.count} x [{format_indices(g.layer_indices)}]", g.description, held,
                format_bytes(g.bytes_per_token), format_bytes(g.bytes_per_sequence), format_bytes(g.total_bytes)]
         table.add_row(*row, *([format_bytes(g.per_gpu_bytes)] if multi else []))
@@ -182,7 +184,9 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     console.print("[bold]formula[/] (bytes per token, one sequence, all GPUs):" if multi
                   else "[bold]formula[/] (bytes per token, one sequence):")
     for g in r.groups:
-        if g.bytes_per_token:
+        if isinstance(g.layer, CompressedLayer):
+            console.print(f"  {g.formula}: {g.bytes_per_sequence:,} B per sequence")
+        elif g.bytes_per_token:
             console.print(f"  {g.formula} = {g.bytes_per_token:,} B")
         elif isinstance(g.layer, LinearLayer):
             console.print(f"  {g.formula} = {g.bytes_per_sequence:,} B per sequence (does not grow with tokens)")
@@ -249,6 +253,15 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
                 qk_nope_head_dim=layer.qk_nope_head_dim, v_head_dim=layer.v_head_dim, num_heads=layer.num_heads,
                 latent_bytes_per_token=latent, expanded_bytes_per_token=expanded,
             )
+            if layer.indexer_head_dim:  # DSA: the lightning indexer's key, per token (included in the bytes above)
+                row.update(indexer_head_dim=layer.indexer_head_dim, indexer_heads=layer.indexer_heads,
+                           indexer_bytes_per_token=get_engine("ideal").indexer_slot_bytes(layer, dtype))
+        elif isinstance(layer, CompressedLayer):
+            row.update(head_dim=layer.head_dim, window=layer.window, compress_ratio=layer.compress_ratio,
+                       indexer_head_dim=layer.indexer_head_dim, overlap=layer.overlap,
+                       bytes_per_token=layer_token_bytes(layer, get_engine("ideal"), dtype),
+                       entry_bytes=dtype.vector_bytes(layer.head_dim) if layer.compress_ratio else 0,
+                       indexer_bytes_per_entry=get_engine("ideal").indexer_slot_bytes(layer, dtype))
         elif isinstance(layer, LinearLayer):
             conv, state = get_engine("ideal").linear_state_elems(layer)
             row.update(family=layer.family, conv_elems=conv, state_elems=state,
@@ -298,6 +311,18 @@ def show(
             cached = (f"latent: {row['kv_lora_rank']} + {row['qk_rope_head_dim']} rope, one vector\n"
                       f"expanded: {row['num_heads']} heads x (K {row['qk_nope_head_dim']}+{row['qk_rope_head_dim']}, V {row['v_head_dim']})")
             per_tok = f"latent {bytes_cell(row['latent_bytes_per_token'])}\nexpanded {bytes_cell(row['expanded_bytes_per_token'])}"
+            if row.get("indexer_head_dim"):
+                cached += f"\n+ indexer key: {row['indexer_head_dim']} per token ({row['indexer_heads']} query heads)"
+                per_tok += f"\n(incl. indexer {bytes_cell(row['indexer_bytes_per_token'])})"
+        elif row["kind"] == "compressed":
+            cached = f"K=V {row['head_dim']} over the last {row['window']} tokens"
+            per_tok = f"window {bytes_cell(row['bytes_per_token'])}"
+            if row["compress_ratio"]:
+                cached += f"\n+ 1 entry of {row['head_dim']} per {row['compress_ratio']} tokens"
+                per_tok += f"\n+ {bytes_cell(row['entry_bytes'])} per {row['compress_ratio']} tokens"
+            if row["indexer_head_dim"]:
+                cached += f"\n+ indexer key {row['indexer_head_dim']} per entry"
+                per_tok += f"\n+ {bytes_cell(row['indexer_bytes_per_entry'])} per entry"
         elif row["kind"] == "linear":
             cached = f"{row['family']}: conv {row['conv_elems']:,} + state {row['state_elems']:,} elems"
             per_tok = f"fixed {format_bytes(row['state_bytes_per_sequence'])} per sequence"

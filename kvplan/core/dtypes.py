@@ -16,6 +16,11 @@ Sources:
 - fp8_ds_mla: vLLM's sparse-MLA layout for DeepSeek V3.2 (from 0.11.0): 656 B per token per layer,
   512 fp8 latent values + 4 fp32 scales (one per 128 values) + 64 bf16 RoPE values
   (0.11.0: vllm/v1/kv_cache_interface.py::MLAAttentionSpec.page_size_bytes, ``block_size * 656``).
+- INDEXER_FP8 (not a KV dtype a user picks): DeepSeek Sparse Attention's lightning-indexer key cache, fp8 values
+  with one fp32 scale per 128 (``quant_block_size``): 128 + 4 = 132 B per 128-element key. vLLM 0.33.0
+  vllm/models/deepseek_v32/attention.py::DeepseekV32Indexer (``head_dim + head_dim // quant_block_size * 4``
+  uint8) and SGLang 0.5.10 python/sglang/srt/mem_cache/memory_pool.py::NSATokenToKVPool
+  (``index_k_with_scale_buffer``, uint8).
 """
 
 from __future__ import annotations
@@ -131,6 +136,10 @@ _DTYPES: dict[str, KVDtype] = {
         ),
     )
 }
+
+# The DSA indexer's key format (see the module docstring); engines size indexer keys with it, users cannot pick it.
+INDEXER_FP8 = KVDtype(name="fp8_e4m3 + fp32 scale per 128", bits=8, scale=ScaleGranularity.GROUP, scale_bytes=4,
+                      group_elems=128, description="DSA lightning-indexer keys: fp8, fp32 scale per 128 values")
 
 _ALIASES = {
     "float32": "fp32",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines.base import Engine
-from kvplan.core.spec import AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 
 # Sanity bounds for user numbers: large enough for any real deployment, small enough to catch typos.
@@ -89,6 +89,15 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
         return (
             f"{count} layers x ({conv:,} conv elems x {conv_dt.name} + {state:,} state elems x {state_dt.name}) per sequence"
         )
+    if isinstance(layer, CompressedLayer):
+        per_token = engine.slot_bytes(layer, kv_dtype, 1)[0]
+        text = f"{count} layers x {per_token} B (one {layer.head_dim}-elem K=V vector) over the last {layer.window} tokens"
+        if layer.compress_ratio:
+            text += f", + 1 entry per {layer.compress_ratio} tokens"
+            if layer.indexer_head_dim:
+                text += f" (+ a {layer.indexer_head_dim}-elem indexer key)"
+            text += " + the compressor's open window"
+        return text
     vectors = engine.token_vectors(layer, tp)
     if not vectors:
         return "0"
@@ -98,7 +107,12 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
     heads = sum(vectors[0][0])
     if isinstance(layer, MLALayer) and engine.mla_latent:
         ranks = f" x {tp} ranks (replicated)" if tp > 1 else ""
-        return f"{count} layers x ({layer.kv_lora_rank} kv_lora_rank + {layer.qk_rope_head_dim} rope) x {width}{scale_txt}{ranks}"
+        indexer = ""
+        if layer.indexer_head_dim:
+            indexer = (f" + {layer.indexer_head_dim} indexer key = {engine.indexer_slot_bytes(layer, kv_dtype)} B "
+                       f"({engine.indexer_dtype(kv_dtype).name})")
+        return (f"{count} layers x ({layer.kv_lora_rank} kv_lora_rank + {layer.qk_rope_head_dim} rope) x {width}{scale_txt}"
+                f"{indexer}{ranks}")
     if len(vectors) == 2 and vectors[0][1] == vectors[1][1]:
         return f"2 x {count} layers x {heads} kv_heads x {vectors[0][1]} head_dim x {width}{scale_txt}"
     return f"{count} layers x {heads} kv_heads x ({vectors[0][1]} K + {vectors[1][1]} V) x {width}{scale_txt}"
@@ -143,7 +157,10 @@ def size_kv(
                     gpu_token_bytes[stage_of[i]][r] += per_rank[r]
             slots = engine.slots_held(layer, seq_len)
             slot_total = sum(per_rank)
-            per_rank = tuple(b * slots for b in per_rank)
+            if isinstance(layer, CompressedLayer):  # window + compressed entries + compressor state, per engine
+                per_rank = (engine.compressed_sequence_bytes(layer, seq_len, dtype, spec.dtype),) * tp
+            else:
+                per_rank = tuple(b * slots for b in per_rank)
         for i in indices:
             for r in range(tp):
                 share[stage_of[i]][r] += per_rank[r] * batch
@@ -206,6 +223,6 @@ def uneven_tp_note(spec: ModelSpec, tp: int) -> str | None:
 
 def layer_token_bytes(layer: Layer, engine: Engine, kv_dtype: KVDtype, tp: int = 1) -> int:
     """Bytes of one token slot of one layer summed over ranks (0 for fixed-state layers)."""
-    if isinstance(layer, (AttentionLayer, MLALayer)):
+    if isinstance(layer, (AttentionLayer, MLALayer, CompressedLayer)):
         return sum(engine.slot_bytes(layer, kv_dtype, tp))
     return 0

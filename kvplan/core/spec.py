@@ -9,6 +9,12 @@ A model is not "an MHA model" or "a GQA model": each layer is one of
 - ``LinearLayer``: linear attention / state-space (Mamba, gated delta net): a fixed state per sequence;
 - ``NoCacheLayer``: nothing cached; with ``reads_layer`` set, the layer attends over an earlier layer's
   cache (cross-layer KV sharing: Gemma 3n / Gemma 4 ``num_kv_shared_layers``) and adds no bytes of its own.
+- ``CompressedLayer``: DeepSeek-V4's hybrid attention: one shared K=V head over a sliding window plus one
+  compressed entry per ``compress_ratio`` tokens (and, for its compressed sparse attention, a lightning-indexer
+  key per compressed entry).
+
+An ``MLALayer`` may carry DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): one extra key of
+``indexer_head_dim`` elements per token, cached beside the latent in a format of its own (engines size it).
 
 Pure data: no I/O. Built from configs by ``kvplan.io.hf_config``.
 """
@@ -28,6 +34,7 @@ class LayerKind(str, Enum):
     MLA = "mla"
     LINEAR = "linear"
     NONE = "none"
+    COMPRESSED = "compressed"  # DeepSeek-V4: sliding window + compressed entries (CompressedLayer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +90,11 @@ class MLALayer:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the lightning indexer caches one key of this many
+    # elements per token beside the latent (0: no indexer on this layer; GLM's "shared" layers reuse another
+    # layer's top-k and cache none). transformers v5.23 cache_utils.py::DynamicIndexedLayer.indexer_keys.
+    indexer_head_dim: int = 0
+    indexer_heads: int = 0  # the indexer's query heads (its weights; the cache holds one key per token)
 
     def skipped_tokens(self, num_tokens: int) -> int:
         return 0  # full attention over the latent
@@ -97,7 +109,8 @@ class MLALayer:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     def describe(self, num_attention_heads: int) -> str:
-        return f"MLA {self.kv_lora_rank}+{self.qk_rope_head_dim}"
+        indexer = f" + indexer {self.indexer_head_dim}" if self.indexer_head_dim else ""
+        return f"MLA {self.kv_lora_rank}+{self.qk_rope_head_dim}{indexer}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +159,58 @@ class NoCacheLayer:
         return "no cache"
 
 
-Layer = Union[AttentionLayer, MLALayer, LinearLayer, NoCacheLayer]
+@dataclass(frozen=True, kw_only=True)
+class CompressedLayer:
+    """DeepSeek-V4 attention (transformers v5.23 models/deepseek_v4/modeling_deepseek_v4.py, DeepseekV4Attention).
+
+    Every layer keeps one shared K=V head of ``head_dim`` over a sliding window of ``window`` raw tokens. A
+    compressed layer also keeps one compressed entry of ``head_dim`` per ``compress_ratio`` tokens for the whole
+    sequence: heavily compressed attention (HCA, ratio 128) reads them all, compressed sparse attention (CSA,
+    ratio 4) picks the top ``index_topk`` through a lightning indexer that caches its own compressed key of
+    ``indexer_head_dim`` per entry. The compressor holds the tokens of the window it has not closed yet; CSA's
+    windows overlap (``overlap``): its compressor projects 2 x head_dim and keeps the previous window's half.
+    ``compress_ratio`` 0: the sliding window only.
+    """
+
+    kind: LayerKind = LayerKind.COMPRESSED
+    holds_tokens = True
+    head_dim: int
+    rope_head_dim: int  # the RoPE part of head_dim (vLLM's fp8 layout keeps it in bf16)
+    window: int
+    compress_ratio: int
+    overlap: bool = False
+    indexer_head_dim: int = 0
+    indexer_heads: int = 0
+    num_heads: int = 0  # query heads
+
+    def skipped_tokens(self, num_tokens: int) -> int:
+        """The raw-token window: all but the last ``window`` tokens (the compressed entries are kept apart)."""
+        return max(0, num_tokens - self.window)
+
+    @property
+    def sliding_window(self) -> int:
+        return self.window
+
+    @property
+    def compressor_channels(self) -> int:
+        """Channels the compressor projects per token (kv and gate each): 2 x head_dim with overlap."""
+        return (2 if self.overlap else 1) * self.head_dim
+
+    def entries(self, num_tokens: int) -> int:
+        """Compressed entries a sequence of ``num_tokens`` tokens has: one per closed window."""
+        return num_tokens // self.compress_ratio if self.compress_ratio else 0
+
+    def describe(self, num_attention_heads: int) -> str:
+        what = {0: "sliding", 4: "CSA", 128: "HCA"}.get(self.compress_ratio, f"compressed 1/{self.compress_ratio}")
+        base = f"{what} K=V {self.head_dim}, window {self.window}"
+        if self.compress_ratio:
+            base += f" + 1/{self.compress_ratio} entries"
+        if self.indexer_head_dim:
+            base += f" + indexer {self.indexer_head_dim}"
+        return base
+
+
+Layer = Union[AttentionLayer, MLALayer, LinearLayer, NoCacheLayer, CompressedLayer]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +255,10 @@ class ArchShape:
     # More embedding-side tables on the first stage, split over TP as the vocabulary is (Gemma 3n/4's
     # per-layer embeddings and their projection: VocabParallelEmbedding/ColumnParallelLinear in vLLM)
     embedding_extra_params: int = 0
+    # Per layer, (split over TP, held whole by every rank) parameters a family reader counts beyond the layer
+    # kind's attention formula, the dense MLP and the MoE: LongCat-Flash's second dense MLP and zero-expert
+    # router columns, DeepSeek-V4's whole token mixer and hyper-connections (kvplan.io.families.mla).
+    layer_extra_params: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

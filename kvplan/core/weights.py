@@ -112,6 +112,11 @@ def _attention_params(layer: Layer, arch: ArchShape, num_heads: int) -> tuple[in
             split = h * layer.num_heads * qk_dim
         split += layer.kv_lora_rank * layer.num_heads * (layer.qk_nope_head_dim + layer.v_head_dim)  # kv_b
         split += layer.num_heads * layer.v_head_dim * h  # o_proj
+        if layer.indexer_head_dim:
+            # DSA lightning indexer (transformers deepseek_v32 DeepseekV32Indexer): wq_b from the q latent, wk and
+            # its LayerNorm (weight + bias), weights_proj; replicated on every rank (vLLM ReplicatedLinear).
+            d, n = layer.indexer_head_dim, layer.indexer_heads
+            whole += (arch.q_lora_rank or h) * n * d + h * d + 2 * d + h * n
         return split, whole
     if isinstance(layer, LinearLayer):
         return arch.linear_layer_params, 0
@@ -163,6 +168,9 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
             s += _mlp_params(arch, width)
         w += arch.norms_per_layer * h * (2 if arch.norm_bias else 1)
         w += arch.layer_whole_params[i] if i < len(arch.layer_whole_params) else 0
+        if i < len(arch.layer_extra_params):
+            s += arch.layer_extra_params[i][0]
+            w += arch.layer_extra_params[i][1]
         split.append(s)
         experts.append(e)
         whole.append(w)

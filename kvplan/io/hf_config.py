@@ -68,6 +68,14 @@ _BOUNDS: dict[str, int] = {
     "vocab_size_per_layer_input": _MAX_VOCAB,
     "altup_num_inputs": _MAX_SMALL,
     "top_k_experts": _MAX_EXPERTS,
+    # MLA families (kvplan.io.families.mla): DSA indexers, LongCat-Flash, DeepSeek-V4
+    **dict.fromkeys(("index_head_dim",), _MAX_HEAD_DIM),
+    **dict.fromkeys(("index_n_heads",), _MAX_HEADS),
+    **dict.fromkeys(("index_topk", "compress_rate_csa", "compress_rate_hca"), _MAX_POSITIONS),
+    **dict.fromkeys(("index_topk_freq", "index_skip_topk_offset", "num_hash_layers"), _MAX_LAYERS),
+    **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size", "o_lora_rank"), _MAX_WIDTH),
+    **dict.fromkeys(("zero_expert_num", "moe_topk"), _MAX_EXPERTS),
+    **dict.fromkeys(("o_groups", "hc_mult"), _MAX_SMALL),
 }
 _MAX_OTHER = 1 << 30  # any integer key not listed above
 

@@ -479,9 +479,9 @@ def resolve_workload(path: Path, *, engine: str | None = None) -> Workload:
     if spec is not None:
         bpt = slot_bytes_per_gpu(spec, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
                                  pp=s.pipeline_parallel_size)
-        if any(layer.kind.value in ("sliding", "chunked", "linear") for layer in spec.layers):
-            notes.append("the simulator holds every token in every attention layer (sliding windows and "
-                         "fixed linear-attention states are not modelled)")
+        if any(layer.kind.value in ("sliding", "chunked", "linear", "compressed") for layer in spec.layers):
+            notes.append("the simulator holds every token in every attention layer (sliding windows, "
+                         "fixed linear-attention states and DeepSeek-V4's compressed entries are not modelled)")
     pool_bytes, pool_tokens = pool_override(wf)
     fit_result = None
     if pool_tokens is None and spec is not None and bpt == 0:

@@ -45,7 +45,10 @@ def cache_storage_bytes(cache: Any) -> CacheMeasurement:
     per_layer = []
     for layer in cache.layers:
         held = 0
-        for attr in ("keys", "values", "conv_states", "recurrent_states"):
+        # keys/values, linear-attention states, DSA indexer keys (DynamicIndexedLayer) and DeepSeek-V4's
+        # compressor state (DeepseekV4HCACache/CSACache: dicts of tensors)
+        for attr in ("keys", "values", "conv_states", "recurrent_states", "indexer_keys", "compressed_kv",
+                     "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate"):
             held += _storages(getattr(layer, attr, None), seen, [])
         per_layer.append(held)
     return CacheMeasurement(total_bytes=sum(per_layer), per_layer_bytes=tuple(per_layer))
@@ -55,7 +58,7 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
     """A random-weight causal LM from a config dict (no download, no remote code)."""
     require_torch()
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = {k: v for k, v in config_dict.items() if not k.startswith("_")}
     # random weights in the requested dtype: a checkpoint's quantization scheme does not apply
@@ -64,7 +67,12 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
     model_type = cfg.pop("model_type")
     config = AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    try:
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    except ValueError:
+        # multimodal wrappers with no causal-LM class (Kimi-K2.5's kimi_k25): the image-text model, whose text
+        # model holds the cache (it decodes from input_ids alone)
+        model = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype))
     return model.eval()
 
 

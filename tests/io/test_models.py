@@ -8,7 +8,7 @@ import pytest
 
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import size_kv
-from kvplan.core.spec import AttentionLayer, LayerKind
+from kvplan.core.spec import AttentionLayer, CompressedLayer, LayerKind
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.models import bundled_index, load_bundled, load_model
 
@@ -117,9 +117,15 @@ def test_layer_kinds_agree_with_transformers(name):
     types, kwargs = get_layer_types_and_kwargs(text)
     to_kind = {"full_attention": LayerKind.FULL, "sliding_attention": LayerKind.SLIDING,
                "chunked_attention": LayerKind.CHUNKED, "linear_attention": LayerKind.LINEAR,
-               "mamba": LayerKind.LINEAR, "dummy": LayerKind.NONE}
-    ours = [LayerKind.FULL if layer.kind is LayerKind.MLA else layer.kind for layer in spec.layers]  # MLA is full attention
-    assert [to_kind.get(t, t) for t in types] == ours
+               "mamba": LayerKind.LINEAR, "dummy": LayerKind.NONE,
+               "indexed_attention": LayerKind.FULL}  # MLA with a DSA indexer (DynamicIndexedLayer)
+    # MLA is full attention; DeepSeek-V4's layers are named by their compression ratio in transformers
+    v4_types = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+    ours = [LayerKind.FULL if layer.kind is LayerKind.MLA
+            else v4_types[layer.compress_ratio] if isinstance(layer, CompressedLayer)
+            else layer.kind for layer in spec.layers]
+    assert [to_kind.get(t, t) if not isinstance(layer, CompressedLayer) else t
+            for t, layer in zip(types, spec.layers)] == ours
     for layer, kw in zip(spec.layers, kwargs):
         if isinstance(layer, AttentionLayer) and layer.kind is not LayerKind.FULL:
             assert kw["sliding_window"] == layer.window

@@ -134,6 +134,12 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     expert_fmt = None
     if req.weight_dtype != "auto":
         fmt = get_weight_format(req.weight_dtype)
+    elif method == "fp8" and spec.model_type == "deepseek_v4":
+        # DeepSeek-V4's checkpoints store the routed experts in FP4 (E2M1 pairs packed in int8 with one UE8M0 scale
+        # per 32 values: experts.*.w1 [3072, 3584] int8 + scale [3072, 224] in DeepSeek-V4-Pro's tensor list), the
+        # rest FP8 with 128x128 block scales; MXFP4 is the same layout
+        fmt, expert_fmt = get_weight_format("fp8"), get_weight_format("mxfp4")
+        notes.append("weights: FP8 with block scales, routed experts FP4 with a scale per 32 (DeepSeek-V4 checkpoint)")
     elif method == "fp8":
         fmt = get_weight_format("fp8")
         notes.append("weights: the checkpoint is FP8 (quantization_config), block scales counted")

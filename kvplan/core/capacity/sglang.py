@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
-from kvplan.core.engines import get_engine
+from kvplan.core.engines import engine_for, get_engine
 from kvplan.core.engines.sglang import allocated_layers
 from kvplan.core.profiles.sglang import default_fraction
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
@@ -74,7 +74,10 @@ class SGLangBudget(EngineBudget):
         return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static)
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
-        return (get_engine("sglang", block_size=req.block_size) if req.block_size else get_engine("sglang")), []
+        if req.block_size:
+            return get_engine("sglang", block_size=req.block_size), []
+        engine, note = engine_for(req.spec, "sglang")  # NSA (sparse-attention) models: 64-token pages
+        return engine, [note] if note else []
 
     def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
         return estimates.activation_peak_bytes(

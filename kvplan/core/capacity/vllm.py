@@ -38,7 +38,7 @@ from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, i
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, blackwell_class, capture_sizes
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind
 from kvplan.errors import InputError
 
 
@@ -215,6 +215,10 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
+    if any(isinstance(x, CompressedLayer) for x in spec.layers):
+        notes.append("DeepSeek-V4: a block is 256 tokens of every layer's compressed entries and indexer keys "
+                     "(fp8_ds_mla, 584 B an entry); each request is also charged its sliding windows and compressor "
+                     f"state, {layout.buckets[0].extra_blocks} blocks; an estimate of vLLM 0.33's grouping")
     if layout.tensor_pages:
         notes.append(f"layers of one attention type with different page sizes share one group: a block costs "
                      f"{layout.pool_block_bytes:,} B, the sum of their pages")

@@ -23,7 +23,7 @@ from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
 from kvplan.core.profiles.vllm import VLLMRules
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
@@ -90,6 +90,7 @@ class Bucket:
     num_layers: int
     num_groups: int
     state_blocks: int = 1  # LINEAR: blocks one request holds (Mamba state, speculative and align blocks)
+    extra_blocks: int = 0  # blocks a request holds whatever its length (DeepSeek-V4's windows and compressor state)
 
     def blocks_needed(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Blocks one request of ``max_model_len`` tokens is admitted with in one group of this kind
@@ -100,7 +101,7 @@ class Bucket:
             return cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
         if self.kind is LayerKind.CHUNKED:
             return cdiv(min(self.window + in_flight_tokens, max_model_len), self.block_size)
-        return cdiv(max_model_len, self.block_size)
+        return cdiv(max_model_len, self.block_size) + self.extra_blocks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +161,9 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
     (vllm/v1/core/kv_cache_utils.py::get_kv_cache_groups). Without the hybrid manager every attention
     layer is sized as full attention."""
     eng = get_engine("vllm")
+    v4 = [layer for layer in layers if isinstance(layer, CompressedLayer)]
+    if v4:
+        return v4_layout(v4)
     buckets: dict[tuple, list[Layer]] = {}
     for layer in layers:
         if isinstance(layer, LinearLayer):
@@ -212,6 +216,27 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
         out.append(Bucket(kind=kind, window=window, block_size=bucket_block, num_layers=len(members),
                           num_groups=cdiv(len(members), group_size), state_blocks=state_blocks))
     return KVLayout(page_bytes=page, group_size=group_size, buckets=tuple(out))
+
+
+def v4_layout(layers: list[CompressedLayer]) -> KVLayout:
+    """An estimate of vLLM 0.33's pool for DeepSeek-V4 (kvplan.core.engines.vllm.v4_pages): a block is one
+    256-token block of every layer's compressed entries and indexer keys; the sliding windows and the compressors'
+    state, which do not grow with the context, are charged to each request as whole blocks of that size. vLLM's
+    own grouping of these caches (kv_cache_planning.py) is not reproduced."""
+    from kvplan.core.engines.vllm import V4_ENTRY_BLOCK, V4_GROWING, v4_pages
+
+    steady = 2 * V4_ENTRY_BLOCK + max(layer.window for layer in layers)  # past every window
+    unit = bounded = 0
+    for layer in set(layers):
+        count = layers.count(layer)
+        unit += count * sum(page for name, _, page in v4_pages(layer, steady) if name in V4_GROWING)
+        # the bounded caches at their largest over a block's worth of decode steps (a window straddles blocks)
+        bounded += count * max(sum(held * page for name, held, page in v4_pages(layer, n) if name not in V4_GROWING)
+                               for n in range(steady, steady + V4_ENTRY_BLOCK))
+    unit = unit or bounded  # sliding-window-only layers: the bounded part is the whole cache
+    bucket = Bucket(kind=LayerKind.FULL, window=0, block_size=V4_ENTRY_BLOCK, num_layers=len(layers), num_groups=1,
+                    extra_blocks=cdiv(bounded, unit))
+    return KVLayout(page_bytes=unit, group_size=1, buckets=(bucket,))
 
 
 def layout_from_groups(groups: list[tuple[Layer, int]], *, kv_dtype: KVDtype, block_size: int,

@@ -67,6 +67,12 @@ def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None,
         if mla_block != engine_class("vllm").block_size:
             return get_engine(name, block_size=mla_block, profile=profile), (
                 f"vLLM uses {mla_block}-token blocks for MLA models (FlashMLA); --block-size overrides")
+    if block_size is None and name.lower() == "sglang" and any(
+            isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers):
+        from kvplan.core.engines.sglang import NSA_PAGE_SIZE
+
+        return get_engine(name, block_size=NSA_PAGE_SIZE, profile=profile), (
+            f"SGLang pages sparse-attention (NSA) models by {NSA_PAGE_SIZE} tokens (NSATokenToKVPool)")
     return get_engine(name, block_size=block_size, profile=profile), None
 
 

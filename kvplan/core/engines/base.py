@@ -4,7 +4,9 @@ An engine answers, for one layer on one tensor-parallel rank:
 - which vectors it stores per token slot (``token_vectors``): (count, elements) pairs, K and V apart;
 - how many token slots one sequence of ``num_tokens`` tokens holds (``slots_held``), which is where
   block rounding and sliding-window freeing live;
-- how many bytes a linear-attention layer's fixed state takes (``linear_state_bytes``).
+- how many bytes a linear-attention layer's fixed state takes (``linear_state_bytes``);
+- how many bytes a DSA lightning-indexer key takes per token (``indexer_slot_bytes``, added to the MLA slot);
+- how many bytes a DeepSeek-V4 compressed layer holds for one sequence (``compressed_sequence_bytes``).
 
 Everything is integer bytes. Engines are frozen dataclasses, one module each, each rule citing its
 source (see docs/engines.md).
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.core.dtypes import KVDtype, get_dtype
-from kvplan.core.spec import AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec
+from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 
 
@@ -90,16 +92,53 @@ class Engine:
                 return [((1,) * tp, layer.latent_dim)]
             heads = split_heads(layer.num_heads, tp, strict=self.strict_tp)
             return [(heads, layer.expanded_k_head_dim), (heads, layer.v_head_dim)]
+        if isinstance(layer, CompressedLayer):
+            return [((1,) * tp, layer.head_dim)]  # the window's shared K=V head, replicated on every rank
         return []
 
     def slot_bytes(self, layer: Layer, kv_dtype: KVDtype, tp: int) -> tuple[int, ...]:
-        """Bytes of one token slot of this layer on each rank."""
+        """Bytes of one token slot of this layer on each rank (an MLA layer's indexer key included)."""
         per_rank = [0] * tp
         for heads, elems in self.token_vectors(layer, tp):
             vec = kv_dtype.vector_bytes(elems)
             for r in range(tp):
                 per_rank[r] += heads[r] * vec
+        if isinstance(layer, MLALayer) and layer.indexer_head_dim:
+            per_rank = [b + self.indexer_slot_bytes(layer, kv_dtype) for b in per_rank]  # one key, on every rank
         return tuple(per_rank)
+
+    # -- DeepSeek Sparse Attention's lightning indexer -------------------------------------------------
+    def indexer_dtype(self, kv_dtype: KVDtype) -> KVDtype:
+        """The indexer keys' format: the KV cache's own (a kernel's fixed MLA layout has no indexer form: the
+        indexer's fp8 with block scales then)."""
+        return INDEXER_FP8 if kv_dtype.fixed_vector_bytes else kv_dtype
+
+    def indexer_slot_bytes(self, layer: MLALayer | CompressedLayer, kv_dtype: KVDtype) -> int:
+        """Bytes of one indexer key (one per token for DSA; one per compressed entry for DeepSeek-V4's CSA)."""
+        return self.indexer_dtype(kv_dtype).vector_bytes(layer.indexer_head_dim) if layer.indexer_head_dim else 0
+
+    # -- DeepSeek-V4 compressed attention --------------------------------------------------------------
+    def compressed_sequence_bytes(self, layer: CompressedLayer, num_tokens: int, kv_dtype: KVDtype,
+                                  model_dtype: str) -> int:
+        """Bytes one sequence of ``num_tokens`` tokens holds in one DeepSeek-V4 layer, on each rank (the layer is
+        replicated under tensor parallelism). ``ideal``: the window's K=V vectors, every compressed entry and
+        indexer key (KV dtype), and the compressor's pending inputs in the model dtype: kv and gate of the open
+        window's tokens, and with overlap (CSA) the previous window's first half, once a window has closed."""
+        model = get_dtype(model_dtype)
+        window = min(num_tokens, layer.window) * kv_dtype.vector_bytes(layer.head_dim)
+        entries = layer.entries(num_tokens)
+        held = window + entries * (kv_dtype.vector_bytes(layer.head_dim) + self.indexer_slot_bytes(layer, kv_dtype))
+        if not layer.compress_ratio:
+            return held
+        open_tokens = num_tokens % layer.compress_ratio
+        pending = 2 * open_tokens * model.vector_bytes(layer.compressor_channels)
+        if layer.indexer_head_dim:  # the indexer's own compressor, overlapping like CSA's
+            pending += 2 * open_tokens * model.vector_bytes(2 * layer.indexer_head_dim)
+        if layer.overlap and entries:
+            pending += 2 * layer.compress_ratio * model.vector_bytes(layer.head_dim)
+            if layer.indexer_head_dim:
+                pending += 2 * layer.compress_ratio * model.vector_bytes(layer.indexer_head_dim)
+        return held + pending
 
     # -- how many token slots a sequence holds ---------------------------------------------------
     def tokens_needed(self, layer: Layer, num_tokens: int) -> int:

@@ -15,6 +15,17 @@ Source: transformers v5.23 ``src/transformers/cache_utils.py``.
   elements per token per layer for DeepSeek-V3; ``kvplan show`` prints that expanded figure.)
 - Falcon with ``new_decoder_architecture`` (40B/180B) broadcasts its K/V heads to every query head
   before caching (``models/falcon/modeling_falcon.py``): 128 heads cached for Falcon-40B, not 8.
+- DeepSeek Sparse Attention (``models/deepseek_v32/modeling_deepseek_v32.py``, ``DeepseekV32Indexer``;
+  ``DynamicIndexedLayer``): the lightning indexer's keys (``index_head_dim``, the model dtype) are concatenated
+  per token beside the latent, ``indexer_keys`` [batch, tokens, index_head_dim]. GLM-5's "shared" layers
+  (``models/glm_moe_dsa``) have no indexer and cache none.
+- DeepSeek-V4 (``models/deepseek_v4/modeling_deepseek_v4.py``, ``DeepseekV4HCACache``/``DeepseekV4CSACache``):
+  the window is a ``DynamicSlidingWindowLayer`` whose keys and values are one tensor (K=V): min(S, W) tokens of
+  head_dim; a layer without a compressor (compress ratio 0) gets the plain ``DynamicSlidingWindowLayer``, which
+  stores the same K=V states twice, as keys and as values. Compressed entries (``compressed_kv``) and the CSA indexer's (at index_head_dim) are concatenated:
+  floor(S / m). The compressor's buffer is a *view* of the last concatenation, so after a decode step it holds
+  ((S - 1) mod m) + 1 tokens of kv and gate (2 x head_dim each with CSA's overlap); CSA also keeps the last
+  closed window's first half (``overlap_kv``/``overlap_gate``, m x head_dim each) once a window has closed.
 - Linear attention (``LinearAttentionLayer``): conv state of the full kernel width (the cache pads
   the prefill to ``conv_kernel_size`` columns) plus the recurrent state. The gated-delta-net
   recurrent state is float32 whatever the model dtype: ``torch_chunk_gated_delta_rule`` in
@@ -28,7 +39,7 @@ from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines.base import Engine
-from kvplan.core.spec import AttentionLayer, Layer, LinearLayer, ModelSpec
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +67,25 @@ class HFEngine(Engine):
         if layer.window:
             return min(num_tokens, layer.window)
         return super().slots_held(layer, num_tokens)
+
+    def compressed_sequence_bytes(self, layer: CompressedLayer, num_tokens: int, kv_dtype: KVDtype,
+                                  model_dtype: str) -> int:
+        """DeepSeek-V4 in transformers after a decode step (see the module docstring); everything in the model
+        dtype."""
+        vec = kv_dtype.vector_bytes
+        held = min(num_tokens, layer.window) * vec(layer.head_dim)
+        m = layer.compress_ratio
+        if not m:
+            return 2 * held  # plain DynamicSlidingWindowLayer: keys and values, two copies of K=V
+        entries = layer.entries(num_tokens)
+        held += entries * (vec(layer.head_dim) + (vec(layer.indexer_head_dim) if layer.indexer_head_dim else 0))
+        buffered = (num_tokens - 1) % m + 1
+        held += 2 * buffered * vec(layer.compressor_channels)
+        if layer.indexer_head_dim:
+            held += 2 * buffered * vec(2 * layer.indexer_head_dim)
+        if layer.overlap and entries:
+            held += 2 * m * vec(layer.head_dim) + (2 * m * vec(layer.indexer_head_dim) if layer.indexer_head_dim else 0)
+        return held
 
     def describe_rules(self) -> str:
         return "transformers DynamicCache: full layers S tokens, sliding/chunked min(S, W), MLA latent"

@@ -15,6 +15,12 @@ Sources (sgl-project/sglang, python/sglang/srt/):
   ``num_hidden_layers`` (``model_executor/model_runner_components/layer_setup.py::_compute_model_num_layers``;
   ``configs/model_config.py::get_hybrid_layer_ids`` puts the shared sliding layers in the SWA pool by
   ``layer_types``): the shared layers' bytes are allocated though unused, sized as the layer they read.
+- DeepSeek Sparse Attention (0.5.10 ``mem_cache/memory_pool.py::NSATokenToKVPool``): beside the latent, one
+  ``index_k_with_scale_buffer`` per layer of 128 fp8 values + 4 B of fp32 scale (uint8, 132 B a token); the
+  page size is forced to 64 (``assert self.page_size == 64`` on CUDA). With an fp8 KV cache the latent is stored
+  as 512 fp8 + 4 fp32 scales + 64 bf16 RoPE values = 656 B
+  (``model_executor/model_runner_kv_cache_mixin.py::calculate_mla_kv_cache_dim``).
+- DeepSeek-V4: SGLang 0.5.10 has no DeepSeek-V4 model (no ``deepseek_v4`` in its source); kvplan refuses it.
 """
 
 from __future__ import annotations
@@ -22,9 +28,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kvplan.core.dtypes import KVDtype, get_dtype
+from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
 from kvplan.core.engines.vllm import PagedEngine
-from kvplan.core.spec import Layer, LinearLayer, ModelSpec, NoCacheLayer
+
+from kvplan.core.spec import CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.errors import InputError
+
+NSA_PAGE_SIZE = 64  # NSATokenToKVPool: page_size 64 on CUDA (0.5.10 mem_cache/memory_pool.py)
 
 
 def allocated_layers(spec: ModelSpec, layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
@@ -49,6 +59,20 @@ class SGLangEngine(PagedEngine):
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         conv, _ = super().linear_state_dtypes(layer, model_dtype)
         return conv, get_dtype("fp32")
+
+    def indexer_slot_bytes(self, layer: MLALayer | CompressedLayer, kv_dtype: KVDtype) -> int:
+        return INDEXER_FP8.vector_bytes(layer.indexer_head_dim) if layer.indexer_head_dim else 0
+
+    def slot_bytes(self, layer: Layer, kv_dtype: KVDtype, tp: int) -> tuple[int, ...]:
+        if isinstance(layer, CompressedLayer):
+            raise InputError("SGLang 0.5.10 has no DeepSeek-V4 model; use --engine vllm (or ideal, hf)")
+        if isinstance(layer, MLALayer) and layer.indexer_head_dim and kv_dtype.name == "fp8_e4m3":
+            kv_dtype = get_dtype("fp8_ds_mla")  # NSA's scaled fp8 latent: 656 B (calculate_mla_kv_cache_dim)
+        return super().slot_bytes(layer, kv_dtype, tp)
+
+    def compressed_sequence_bytes(self, layer: CompressedLayer, num_tokens: int, kv_dtype: KVDtype,
+                                  model_dtype: str) -> int:
+        raise InputError("SGLang 0.5.10 has no DeepSeek-V4 model; use --engine vllm (or ideal, hf)")
 
     def describe_rules(self) -> str:
         return f"SGLang token pool, page size {self.block_size}; MLA latent; SWA layers keep the window"

@@ -11,15 +11,22 @@ Sources (NVIDIA/TensorRT-LLM):
 - MLA (DeepSeek) caches the compressed latent, kv_lora_rank + qk_rope_head_dim, as one head
   replicated on every rank (``_torch/pyexecutor/resource_manager.py``, cache type SELFKONLY).
 - Heads per rank: ceil(num_kv_heads / tp), so a head is replicated when tp exceeds the KV heads.
+- DeepSeek Sparse Attention's indexer cache and DeepSeek-V4's compressed attention: kvplan has not read how
+  TensorRT-LLM stores them, so it refuses to size them rather than guess.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvplan.core.dtypes import KVDtype
 from kvplan.core.engines.base import cdiv
 from kvplan.core.engines.vllm import PagedEngine
-from kvplan.core.spec import Layer
+from kvplan.core.spec import CompressedLayer, Layer, MLALayer
+from kvplan.errors import InputError
+
+_UNREAD = ("kvplan has not read TensorRT-LLM's {what} cache layout; use --engine vllm, sglang or ideal for this "
+           "model")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +45,13 @@ class TRTLLMEngine(PagedEngine):
             return 0
         held = min(num_tokens, layer.sliding_window) if layer.sliding_window else num_tokens
         return cdiv(held, self.block_size)
+
+    def slot_bytes(self, layer: Layer, kv_dtype: KVDtype, tp: int) -> tuple[int, ...]:
+        if isinstance(layer, CompressedLayer):
+            raise InputError(_UNREAD.format(what="DeepSeek-V4 compressed-attention"))
+        if isinstance(layer, MLALayer) and layer.indexer_head_dim:
+            raise InputError(_UNREAD.format(what="sparse-attention indexer"))
+        return super().slot_bytes(layer, kv_dtype, tp)
 
     def describe_rules(self) -> str:
         return f"TensorRT-LLM paged blocks of {self.block_size} tokens (tokens_per_block); MLA latent"

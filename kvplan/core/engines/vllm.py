@@ -13,14 +13,46 @@ Sources (vllm-project/vllm, v1 engine):
 - ``vllm/config/model.py:get_num_kv_heads``: max(1, num_kv_heads // tp), and TP must divide the
   heads (or be a multiple of them).
 - Mamba/linear layers (``MambaSpec``): one state per request; conv state keeps kernel-1 columns.
+- DeepSeek Sparse Attention (V3.2, GLM-5; 0.33.0 ``vllm/models/deepseek_v32/attention.py::DeepseekV32Indexer``):
+  the indexer key cache is its own ``MLAAttentionSpec`` of one head of 128 fp8 values + 4 B of fp32 scale, uint8,
+  ``max_tp_shards=1`` (every rank holds it): 132 B per token per layer whatever ``--kv-cache-dtype``. Layers
+  that reuse another layer's top-k (``index_topk_freq``) have no indexer. The FlashMLA sparse backend takes
+  ``--kv-cache-dtype fp8`` as an alias of ``fp8_ds_mla`` (0.33.0 ``vllm/v1/attention/backends/mla/flashmla_sparse.py``
+  supported_kv_cache_dtypes): the latent is then 656 B, not 576.
+- DeepSeek-V4 (0.33.0 ``vllm/models/deepseek_v4/attention.py``, ``compressor.py``,
+  ``vllm/v1/attention/backends/mla/sparse_swa.py``): per layer, replicated on every rank, a sliding-window cache
+  (``DeepseekV4SWACache``: 64-token blocks), the compressed entries (``MLAAttentionSpec`` with
+  ``tokens_per_state`` = the ratio, 256-token blocks: 256 / ratio entries a block), CSA's indexer keys (132 B an
+  entry, 256-token blocks) and the compressors' fp32 state (``CompressorStateCache``: 2 x (1 + overlap) x
+  head_dim floats a token over a window of (1 + overlap) x ratio tokens in 4-token (CSA) or 8-token (HCA) blocks;
+  the indexer's own compressor at 128). The default FlashMLA sparse backend stores entries in ``fp8_ds_mla``
+  (448 fp8 + 64 bf16 RoPE values + 8 B of scales = 584 B; ``--kv-cache-dtype auto`` resolves to it,
+  ``_resolve_dsv4_kv_cache_dtype``), every page padded to a multiple of 576 B (``_apply_alignment_padding``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
 from kvplan.core.engines.base import Engine, cdiv
-from kvplan.core.spec import Layer
+from kvplan.core.spec import CompressedLayer, Layer, MLALayer
+
+# DeepSeek-V4 in vLLM 0.33.0 (see the module docstring for each file):
+V4_SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
+V4_ENTRY_BLOCK = 256  # DeepseekV4SparseMLABackend.get_supported_kernel_block_sizes: [256] tokens a block
+V4_STATE_BLOCK = {4: 4, 128: 8}  # CompressorStateCache: C4 states in 4-token blocks, C128 in 8-token blocks
+V4_FP8_DS_MLA_STATE_BYTES = 584  # "448B NoPE + 128B RoPE + 8B fp8 scale = 584B per token" (DeepseekV4Attention)
+V4_PAGE_ALIGN = 576  # alignment=576 for the fp8_ds_mla layout (every V4 spec), _apply_alignment_padding
+
+
+def _align(page: int) -> int:
+    return cdiv(page, V4_PAGE_ALIGN) * V4_PAGE_ALIGN
+
+
+def _sliding_blocks(num_tokens: int, window: int, block: int) -> int:
+    """Blocks a sliding-window cache holds: all minus those wholly before the window (SlidingWindowManager)."""
+    return cdiv(num_tokens, block) - max(0, num_tokens - window) // block if num_tokens else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +88,54 @@ class VLLMEngine(PagedEngine):
                                         "fp8_per_token_head", "int8_per_token_head")
     block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
 
+    def indexer_slot_bytes(self, layer: MLALayer | CompressedLayer, kv_dtype: KVDtype) -> int:
+        """The DSA indexer key: 128 fp8 values + an fp32 scale per 128, whatever the KV dtype (132 B)."""
+        return INDEXER_FP8.vector_bytes(layer.indexer_head_dim) if layer.indexer_head_dim else 0
+
+    def slot_bytes(self, layer: Layer, kv_dtype: KVDtype, tp: int) -> tuple[int, ...]:
+        if isinstance(layer, CompressedLayer):  # one fp8_ds_mla row in the sliding window, on every rank
+            return (V4_FP8_DS_MLA_STATE_BYTES,) * tp
+        if isinstance(layer, MLALayer) and layer.indexer_head_dim and kv_dtype.name == "fp8_e4m3":
+            kv_dtype = get_dtype("fp8_ds_mla")  # the sparse backend's "fp8" is fp8_ds_mla
+        return super().slot_bytes(layer, kv_dtype, tp)
+
+    def slots_held(self, layer: Layer, num_tokens: int) -> int:
+        if isinstance(layer, CompressedLayer):
+            return _sliding_blocks(num_tokens, layer.window, V4_SWA_BLOCK) * V4_SWA_BLOCK
+        return super().slots_held(layer, num_tokens)
+
+    def compressed_sequence_bytes(self, layer: CompressedLayer, num_tokens: int, kv_dtype: KVDtype,
+                                  model_dtype: str) -> int:
+        """Pages one request of ``num_tokens`` tokens holds in one DeepSeek-V4 layer (module docstring)."""
+        return sum(held * page for _, held, page in v4_pages(layer, num_tokens))
+
     def describe_rules(self) -> str:
         windows = ("sliding/chunked layers free out-of-window blocks" if self.frees_out_of_window
                    else "sliding layers keep every block (no hybrid KV cache manager)")
         return f"vLLM paged blocks of {self.block_size} tokens; {windows}"
+
+
+# v4_pages' cache names whose pages grow with the context (the others are bounded by a window)
+V4_GROWING = ("entries", "indexer")
+
+
+def v4_pages(layer: CompressedLayer, num_tokens: int) -> list[tuple[str, int, int]]:
+    """(cache, pages held, page bytes) of each cache of one DeepSeek-V4 layer for one request in vLLM 0.33.0."""
+    fp32 = get_dtype("fp32")
+    out = [("window", _sliding_blocks(num_tokens, layer.window, V4_SWA_BLOCK),
+            _align(V4_SWA_BLOCK * V4_FP8_DS_MLA_STATE_BYTES))]
+    m = layer.compress_ratio
+    if not m:
+        return out
+    entries_per_block = V4_ENTRY_BLOCK // m
+    out.append(("entries", cdiv(num_tokens, V4_ENTRY_BLOCK), _align(entries_per_block * V4_FP8_DS_MLA_STATE_BYTES)))
+    state_block = V4_STATE_BLOCK.get(m, 4)
+    coff = 2 if layer.overlap else 1
+    out.append(("state", _sliding_blocks(num_tokens, coff * m, state_block),  # kv_state + score_state, fp32
+                _align(state_block * fp32.vector_bytes(2 * coff * layer.head_dim))))
+    if layer.indexer_head_dim:
+        out.append(("indexer", cdiv(num_tokens, V4_ENTRY_BLOCK),
+                    _align(entries_per_block * INDEXER_FP8.vector_bytes(layer.indexer_head_dim))))
+        out.append(("indexer state", _sliding_blocks(num_tokens, 2 * m, 4),  # its compressor: overlapping, 4-token blocks
+                    _align(4 * fp32.vector_bytes(2 * 2 * layer.indexer_head_dim))))
+    return out

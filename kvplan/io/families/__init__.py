@@ -16,7 +16,7 @@ from types import ModuleType
 # the model types are listed here (each module's MODEL_TYPES must equal its entry; tested).
 _MODULE_TYPES: dict[str, tuple[str, ...]] = {
     # MLA with sparse-attention indexers and MLA descendants
-    "kvplan.io.families.mla": (),
+    "kvplan.io.families.mla": ("deepseek_v32", "glm_moe_dsa", "longcat_flash", "kimi_k2", "deepseek_v4"),
 
     # hybrids of attention with linear-attention / state-space mixers
     "kvplan.io.families.hybrid": (),

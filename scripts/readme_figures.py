@@ -117,7 +117,9 @@ def engines_gemma() -> str:
     same = [e for e in ("ideal", "hf", "sglang") if round(totals[e], 3) == round(totals["ideal"], 3)]
     return (f"Gemma-3-27B, 8 sequences of 30,001 tokens: {'/'.join(same)} {totals['ideal']:.3f} GiB, "
             f"vLLM {totals['vllm']:.3f} GiB (block\nrounding and a sliding window that frees whole blocks only), "
-            f"TensorRT-LLM {totals['trtllm']:.3f} GiB.")
+            f"TensorRT-LLM {totals['trtllm']:.3f} GiB"
+            + ("." if "sglang" in same else f",\nSGLang {totals['sglang']:.3f} GiB (Gemma 3 is not on its hybrid "
+                                             "sliding-window list: every layer holds all tokens)."))
 
 
 def gpt3_misprint() -> str:

@@ -127,9 +127,10 @@ class SGLangBudget(EngineBudget):
         page = eng.block_size
         tokens = pool.tokens // page * page
         # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
-        windows = [x.window for x in spec.layers if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
+        pooled = allocated_layers(spec, spec.layers)  # as SGLang allocates them (windows only for hybrid-SWA models)
+        windows = [x.window for x in pooled if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
         full_layers = any(isinstance(x, MLALayer) or (isinstance(x, AttentionLayer) and x.kind is not LayerKind.SLIDING)
-                          for x in spec.layers)
+                          for x in pooled)
         window = max(windows) if windows else 0
         swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
         upper = max(spec.max_model_len, max_len)

@@ -73,6 +73,13 @@ def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None,
 
         return get_engine(name, block_size=NSA_PAGE_SIZE, profile=profile), (
             f"SGLang pages sparse-attention (NSA) models by {NSA_PAGE_SIZE} tokens (NSATokenToKVPool)")
+    if name.lower() == "sglang" and any(getattr(x, "sliding_window", 0) for x in spec.layers):
+        from kvplan.core.engines.sglang import pools_windows
+
+        if not pools_windows(spec):
+            return get_engine(name, block_size=block_size, profile=profile), (
+                "SGLang pools this architecture's sliding-window layers at full length (it is not in SGLang's "
+                "hybrid-SWA list, configs/model_config.py::is_hybrid_swa_model): they hold every token")
     return get_engine(name, block_size=block_size, profile=profile), None
 
 

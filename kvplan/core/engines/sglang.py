@@ -5,7 +5,11 @@ Sources (sgl-project/sglang, python/sglang/srt/):
   [size + page_size, head_num, head_dim] per layer; ``MLATokenToKVPool`` holds one buffer of
   kv_lora_rank + qk_rope_head_dim per token per layer.
 - ``server_args.py``: ``page_size`` defaults to 1.
-- Sliding-window layers (``SWAKVPool`` for hybrid SWA models) keep only the window's tokens.
+- Sliding-window layers keep only the window's tokens (``SWAKVPool``) **only for the architectures SGLang
+  lists as hybrid SWA** (``configs/model_config.py::is_hybrid_swa_model``: 0.5.10 lists Llama 4, gpt-oss,
+  MiMo-V2-Flash and Step-3.5; 0.5.23 adds Gemma 4, Granite SWA, DeepSeek-V4, ... and any text config with
+  ``is_hybrid_swa``). Every other model's sliding layers (Gemma 2/3/3n, Mistral, OLMo 3, Phi-3) get a buffer
+  of the full pool in ``MHATokenToKVPool`` like a full-attention layer: kvplan sizes them as full layers.
 - Mamba/linear layers (``MambaPool``, sized in ``model_runner_kv_cache_mixin.py:handle_max_mamba_cache``):
   conv state of kernel-1 columns in the model dtype plus the temporal (SSM) state in
   ``mamba_ssm_dtype``, float32 by default.
@@ -31,16 +35,42 @@ from dataclasses import dataclass
 from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
 from kvplan.core.engines.vllm import PagedEngine
 
-from kvplan.core.spec import CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.core.spec import (AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec,
+                              NoCacheLayer)
 from kvplan.errors import InputError
 
 NSA_PAGE_SIZE = 64  # NSATokenToKVPool: page_size 64 on CUDA (0.5.10 mem_cache/memory_pool.py)
 
 
+# configs/model_config.py::is_hybrid_swa_model (0.5.23 wheel; the first four are 0.5.10's whole list): the
+# architectures whose sliding layers SGLang pools apart with their window.
+HYBRID_SWA_ARCHS = frozenset({
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM",
+    "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM", "DeepseekV4ForCausalLM", "Step3p7ForConditionalGeneration",
+    "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "LagunaForCausalLM", "InklingForConditionalGeneration",
+})
+
+
+def pools_windows(spec: ModelSpec) -> bool:
+    """Whether SGLang keeps sliding layers to their window for this model (its hybrid-SWA list, or a text config
+    that opts in with ``is_hybrid_swa``)."""
+    archs = spec.raw_config.get("architectures") if isinstance(spec.raw_config, dict) else None
+    text = spec.raw_config.get("text_config") if isinstance(spec.raw_config, dict) else None
+    opted_in = isinstance(text, dict) and text.get("is_hybrid_swa") is True
+    return opted_in or spec.raw_config.get("is_hybrid_swa") is True or (
+        isinstance(archs, list) and any(a in HYBRID_SWA_ARCHS for a in archs))
+
+
 def allocated_layers(spec: ModelSpec, layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
-    """``layers`` as SGLang's pools allocate them: a KV-shared layer gets a buffer shaped as the layer it reads."""
-    return tuple(spec.layers[x.reads_layer] if isinstance(x, NoCacheLayer) and 0 <= x.reads_layer < len(spec.layers)
-                 else x for x in layers)
+    """``layers`` as SGLang's pools allocate them: a KV-shared layer gets a buffer shaped as the layer it reads;
+    a sliding layer of a model outside SGLang's hybrid-SWA list gets a full-length buffer."""
+    shared = tuple(spec.layers[x.reads_layer] if isinstance(x, NoCacheLayer) and 0 <= x.reads_layer < len(spec.layers)
+                   else x for x in layers)
+    if pools_windows(spec):
+        return shared
+    return tuple(dataclasses.replace(x, kind=LayerKind.FULL, window=0)
+                 if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING else x for x in shared)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,4 +105,4 @@ class SGLangEngine(PagedEngine):
         raise InputError("SGLang 0.5.10 has no DeepSeek-V4 model; use --engine vllm (or ideal, hf)")
 
     def describe_rules(self) -> str:
-        return f"SGLang token pool, page size {self.block_size}; MLA latent; SWA layers keep the window"
+        return f"SGLang token pool, page size {self.block_size}; MLA latent; sliding layers keep the window only for its hybrid-SWA architectures"

@@ -150,11 +150,19 @@ def test_bad_requests(kw, match):
         fit(FitRequest(spec=load_model("llama2-7b"), gpu=GPU80, **kw))
 
 
-def test_sglang_sliding_only_model_needs_only_its_window_per_request():
-    r = fit(given(spec=load_model("mistral-7b"), engine="sglang", max_model_len=32768))
-    assert r.max_concurrency == pytest.approx(r.kv_cache_tokens / 4096)
-    hybrid = fit(given(spec=load_model("gemma2-9b"), engine="sglang", max_model_len=8192))
-    assert 0 < hybrid.max_concurrency <= hybrid.kv_cache_tokens / 8192 * 2
+def test_sglang_windows_only_its_hybrid_swa_architectures():
+    """SGLang pools sliding layers apart (a request holds its window) only for architectures on its hybrid-SWA
+    list (configs/model_config.py::is_hybrid_swa_model); Mistral is not on it, so a request holds every token."""
+    import dataclasses
+
+    mistral = load_model("mistral-7b")
+    r = fit(given(spec=mistral, engine="sglang", max_model_len=32768))
+    assert r.max_concurrency == pytest.approx(r.kv_cache_tokens / 32768)
+    opted = dataclasses.replace(mistral, raw_config={**mistral.raw_config, "is_hybrid_swa": True})
+    w = fit(given(spec=opted, engine="sglang", max_model_len=32768))
+    assert w.max_concurrency == pytest.approx(w.kv_cache_tokens / 4096)
+    oss = fit(given(spec=load_model("gpt-oss-20b"), engine="sglang", max_model_len=8192))  # on the list: windows
+    assert 0 < oss.max_concurrency <= oss.kv_cache_tokens / 8192 * 2
 
 
 # --- vLLM inputs beyond the model and GPU (FitRequest fields) -------------------------------------------

@@ -9,7 +9,7 @@ busy machine slows every figure alike):
     (typer >= 0.29 builds a pydantic TypeAdapter per parameter: a cost of the dependency, not of kvplan);
   - `kvplan size llama2-7b --batch 16`, text and --json, and `kvplan --version`;
 and the ratio size / floor (the goal: at most 1.5), the in-process sizing call alone, and the heavy
-modules (torch, transformers, matplotlib) `size` imports, which must be none.
+modules (torch, transformers, matplotlib, huggingface_hub) `size` imports, which must be none.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from typing import Optional
 app = typer.Typer()
 @app.command()
 def size(model: str, batch: int = 1, seq_len: Optional[int] = None, dtype: str = "auto", tp: int = 1, pp: int = 1,
-         engine: str = "ideal", block_size: Optional[int] = None, as_json: bool = False): pass
+         engine: str = "ideal", block_size: Optional[int] = None, as_json: bool = False,
+         fetch: Optional[bool] = None, revision: Optional[str] = None): pass
 @app.command()
 def other(): pass
 app(["size", "llama2-7b", "--batch", "16"], standalone_mode=False)
@@ -71,7 +72,8 @@ def main() -> None:
     imp = subprocess.run([py, "-X", "importtime", "-m", "kvplan", "size", "llama2-7b", "--batch", "16"],
                          capture_output=True, text=True, env=env).stderr
     heavy = sorted({line.rsplit("|", 1)[-1].strip() for line in imp.splitlines()
-                    if line.rsplit("|", 1)[-1].strip().split(".")[0] in ("torch", "transformers", "matplotlib")})
+                    if line.rsplit("|", 1)[-1].strip().split(".")[0] in ("torch", "transformers", "matplotlib",
+                                                                             "huggingface_hub")})
 
     print(f"rounds (interleaved):                        {rounds}")
     for name, value in median.items():

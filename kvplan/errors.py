@@ -2,6 +2,7 @@
 
     KvplanError
     ├── ConfigError      a model, GPU or workload description is wrong or incomplete (exit 2)
+    │   └── HubError     a hub id's config.json could not be had from the Hugging Face Hub (exit 2)
     └── InputError       a flag or value given by the user is out of range or unknown (exit 2)
 
 Core code raises these; only ``kvplan.cli`` catches them and maps them to exit codes. "Does not fit"
@@ -24,3 +25,7 @@ class ConfigError(KvplanError):
 
 class InputError(KvplanError):
     """A user-supplied value is invalid (unknown name, out of range)."""
+
+
+class HubError(ConfigError):
+    """A hub id's config.json could not be fetched (offline, unreachable, gated, missing) or found cached."""

@@ -10,12 +10,14 @@ import typer
 
 from kvplan.cli.root import app
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
-from kvplan.errors import KvplanError
+from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
+from kvplan.errors import HubError, KvplanError
 
 if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
     from kvplan.core.capacity.common import FitRequest, FitResult
     from kvplan.core.capacity.explain import ExplainRow, Replay
     from kvplan.core.gpus import GPUSpec
+    from kvplan.io.hub import HubConfig
     from kvplan.io.vllm_log import VLLMLog
 
 console = make_console()
@@ -98,11 +100,12 @@ def _replay(req: FitRequest, log: VLLMLog) -> Replay:
 
 def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Optional[int] = None,
              engine: Optional[str] = None, max_num_seqs: Optional[int] = None,
+             fetch: Optional[bool] = None, revision: Optional[str] = None, hub: Optional[list[HubConfig]] = None,
              ) -> tuple[FitResult | None, Replay, list[str], Any]:
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.explain import Replay
     from kvplan.core.capacity.fit import fit
-    from kvplan.io.models import load_model
+    from kvplan.io.models import resolve_model
 
     notes: list[str] = []
     ref = model or log.model
@@ -112,10 +115,15 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Option
                                            else "the log gives no GPU memory (pass --gpu or --gpu-memory)"))
         return None, Replay(), notes, None
     try:
-        spec = load_model(ref)
+        resolved = resolve_model(ref, fetch=fetch, revision=revision)
+    except HubError:
+        raise  # a fetch that was asked for and failed is an error, not a missing prediction
     except KvplanError as exc:
         notes.append(f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)")
         return None, Replay(), notes, None
+    spec = resolved.spec
+    if hub is not None and resolved.hub is not None:
+        hub.append(resolved.hub)
     if log.dtype and log.dtype != spec.dtype and log.dtype in ("float32", "float16", "bfloat16"):
         # the engine's dtype (e.g. opt-125m's float16 upcast to float32 on a GPU without fp16 support) sets
         # both the weights and the KV cache
@@ -159,6 +167,8 @@ def explain(
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vllm==X.Y.Z: the release that wrote the log "
                                                                       "(default: the version the log prints)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    fetch: Optional[bool] = FETCH_OPTION,
+    revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
     from kvplan.core.capacity.explain import explain_rows
@@ -170,11 +180,14 @@ def explain(
         log.max_num_batched_tokens = max_num_batched_tokens
     if max_model_len is not None:
         log.max_seq_len = max_model_len
-    predicted, replay, notes, profile = _predict(log, model, gpu_spec, tp, engine, max_num_seqs)
+    hub: list[HubConfig] = []
+    predicted, replay, notes, profile = _predict(log, model, gpu_spec, tp, engine, max_num_seqs, fetch=fetch,
+                                                 revision=revision, hub=hub)
     rows = explain_rows(log.figures(), predicted, replay)
     if as_json:
-        print_json(_json(log, gpu_spec, rows, notes, profile))
+        print_json({**_json(log, gpu_spec, rows, notes, profile), "fetched": fetched_json(hub[0] if hub else None)})
         return
+    say_fetched(hub[0] if hub else None, as_json)
     console.print(f"[bold]{log_path}[/]: vLLM {log.version or '?'} ({log.generation or 'format unknown'}), "
                   f"model {log.model or '?'}, tp {log.tensor_parallel_size or '?'}, "
                   f"max_model_len {log.max_seq_len or '?'}, utilization {log.gpu_memory_utilization or '?'}")

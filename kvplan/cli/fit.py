@@ -9,6 +9,7 @@ import typer
 
 from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
+from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
@@ -136,13 +137,15 @@ def fit_cmd(
                                               help="Requests of max-model-len tokens that must fit at once "
                                                    "(default: one)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    fetch: Optional[bool] = FETCH_OPTION,
+    revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import FITTERS, fit, what_if, with_borderline
     from kvplan.core.profiles import parse_engine
     from kvplan.io.gpus import get_gpu
-    from kvplan.io.models import load_model
+    from kvplan.io.models import resolve_model
 
     choice = parse_engine(engine, allowed=tuple(FITTERS))
     per_rank = None
@@ -159,7 +162,9 @@ def fit_cmd(
 
             raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
         max_model_len = None
-    spec = load_model(model)
+    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    spec = resolved.spec
+    say_fetched(resolved.hub, as_json)
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
         gpu_memory_utilization=utilization, max_model_len=max_model_len, block_size=block_size,
@@ -179,7 +184,7 @@ def fit_cmd(
     result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
     alternatives = what_if(req, result) if not result.fits else []
     if as_json:
-        print_json(fit_json(spec.name, result, alternatives))
+        print_json({**fit_json(spec.name, result, alternatives), "fetched": fetched_json(resolved.hub)})
     else:
         _render(spec.name, result, alternatives)
     if not result.fits:

@@ -11,12 +11,13 @@ from rich.table import Table
 
 from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
+from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
 from kvplan.core.spec import CompressedLayer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
 from kvplan.errors import InputError
-from kvplan.io.models import bundled_index, bundled_published, load_bundled, load_model
+from kvplan.io.models import bundled_index, bundled_published, load_bundled, resolve_model
 
 console = make_console()
 
@@ -114,6 +115,8 @@ def size(
     engine: str = typer.Option("ideal", "--engine", "-e", help=ENGINE_HELP),
     block_size: Optional[int] = typer.Option(None, "--block-size", help=BLOCK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    fetch: Optional[bool] = FETCH_OPTION,
+    revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
     from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
@@ -122,7 +125,9 @@ def size(
     get_engine(choice.name, block_size=block_size)  # reject a bad engine or block size before loading anything
     if kv_cache_dtype != "auto":
         get_dtype(kv_cache_dtype)
-    spec = load_model(model)
+    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    spec = resolved.spec
+    say_fetched(resolved.hub, as_json)
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
@@ -131,6 +136,7 @@ def size(
     if as_json:
         out = size_json(spec, result, seq_len_default=defaulted, block_size=eng.block_size, ideal=ideal)
         out["engine_version"] = choice.version
+        out["fetched"] = fetched_json(resolved.hub)
         out["notes"].extend(extra)
         print_json(out)
         return
@@ -281,9 +287,13 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
 def show(
     model: str = typer.Argument(..., help="Bundled name (`kvplan models`), hub id, or path to a config.json."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    fetch: Optional[bool] = FETCH_OPTION,
+    revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """The parsed model spec, layer by layer."""
-    spec = load_model(model)
+    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    spec = resolved.spec
+    say_fetched(resolved.hub, as_json)
     rows = _layer_rows(spec)
     if as_json:
         print_json({
@@ -291,7 +301,7 @@ def show(
             "num_attention_heads": spec.num_attention_heads, "hidden_size": spec.hidden_size,
             "dtype": spec.dtype, "max_model_len": spec.max_model_len, "source": spec.source,
             "provenance": spec.provenance,
-            "groups": rows, "notes": list(spec.notes),
+            "groups": rows, "notes": list(spec.notes), "fetched": fetched_json(resolved.hub),
         })
         return
     console.print(f"[bold]{spec.name}[/] ({spec.model_type or 'unknown type'}): {spec.num_layers} layers, "

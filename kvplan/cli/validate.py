@@ -10,6 +10,7 @@ from rich.text import Text
 
 from kvplan.cli.root import app
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
+from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
 from kvplan.errors import InputError
 
 console = make_console()
@@ -35,12 +36,14 @@ def validate(
     report: Optional[Path] = typer.Option(None, "--report", help=(
         "Write validation.md and validation.json into this folder (default: none).")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table (default: table)."),
+    fetch: Optional[bool] = FETCH_OPTION,
+    revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """Run real models with torch and set kvplan's predictions beside the measured memory."""
     from kvplan.validate import require_torch
 
     require_torch()
-    from kvplan.io.models import load_model
+    from kvplan.io.models import resolve_model
     from kvplan.validate.matrix import load_matrix, result_dict, write_report
     from kvplan.validate.run import Case, device_description, run_case
 
@@ -49,6 +52,8 @@ def validate(
     if matrix is not None:
         if model:
             raise InputError("give a MODEL or --matrix, not both")
+        if revision:
+            raise InputError("--revision goes with one MODEL, not --matrix")
         cases = load_matrix(matrix)
     elif model:
         if batch < 1 or seq_len < 2:
@@ -58,8 +63,13 @@ def validate(
     else:
         raise InputError("give a MODEL (e.g. llama3-8b) or --matrix FILE")
     results = []
+    fetched = []
     for case in cases:
-        results += run_case(case, load_model(case.model))
+        resolved = resolve_model(case.model, fetch=fetch, revision=revision)
+        say_fetched(resolved.hub, as_json)
+        if fetched_json(resolved.hub):
+            fetched.append(fetched_json(resolved.hub))
+        results += run_case(case, resolved.spec)
     info = device_description()
     failed = [r for r in results if abs(r.error_frac) > tolerance]
     if report is not None:
@@ -68,7 +78,7 @@ def validate(
             console.print(f"report written to {path}")
     if as_json:
         print_json({"device": info, "tolerance": tolerance, "passed": not failed,
-                    "cases": [result_dict(r) for r in results]})
+                    "cases": [result_dict(r) for r in results], "fetched": fetched})
     else:
         # A heading row per case (model, batch x seq_len, dtype) and its parts under it: fits 80 columns.
         table = new_table("case / part", "layers", "predicted", "measured", "error", "",

@@ -1,22 +1,25 @@
-"""Where model specs come from: bundled YAML, a config.json file or folder, or the local HF cache.
+"""Where model specs come from: bundled YAML, a config.json file or folder, the local HF cache, or (when
+asked with ``--fetch`` or ``KVPLAN_FETCH=1``) the Hugging Face Hub, config.json alone (``kvplan.io.hub``).
 
-Nothing is ever downloaded and ``trust_remote_code`` is never used: only config.json's keys are read.
+``trust_remote_code`` is never used and no modeling code is ever downloaded: only config.json's keys are read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan.core.spec import ModelSpec
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.io.yamlio import load_json, load_yaml, parse_model
+
+if TYPE_CHECKING:  # kvplan.io.hub is imported when a reference looks like a hub id (org/name), not before
+    from kvplan.io.hub import HubConfig
 
 
 def configs_dir() -> Path:
@@ -110,18 +113,35 @@ def load_bundled(entry: BundledEntry) -> ModelSpec:
     )
 
 
-def _hf_cache_config(ref: str) -> Path | None:
-    """config.json of a hub id already in the local Hugging Face cache (newest snapshot)."""
-    if "/" not in ref or ref.startswith((".", "/")):
+_REMOTE_CODE_NOTE = ("config.json names custom modeling code (auto_map: {names}); kvplan reads only the config's "
+                     "keys and never downloads or runs that code")
+
+
+def _remote_code_note(data: Any) -> str | None:
+    auto_map = data.get("auto_map") if isinstance(data, dict) else None
+    if not auto_map:
         return None
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface")), "hub"
-    )
-    snapshots = Path(hub) / f"models--{ref.replace('/', '--')}" / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    found = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    names = ", ".join(sorted(auto_map)) if isinstance(auto_map, dict) else "given"
+    return _REMOTE_CODE_NOTE.format(names=names if len(names) <= 80 else names[:77] + "...")
+
+
+def _hubio() -> Any:
+    from kvplan.io import hub
+
+    return hub
+
+
+def _from_hub(ref: str, hub: HubConfig) -> ModelSpec:
+    data = load_json(hub.path)
+    spec = spec_from_hf_config(data, name=ref, origin=str(hub.path),
+                               source=f"{ref}@{hub.commit} config.json (Hugging Face cache: {hub.path})")
+    if not hub.fetched and not hub.note:
+        spec = _with_note(spec, f"{ref} is not bundled: its config.json was read from the local Hugging Face cache "
+                                f"(commit {hub.commit[:12]}): {hub.path}; --fetch checks the Hub for a newer one")
+    for note in (hub.note, _remote_code_note(data)):
+        if note:
+            spec = _with_note(spec, note)
+    return spec
 
 
 def _from_file(path: Path) -> ModelSpec:
@@ -138,7 +158,9 @@ def _from_file(path: Path) -> ModelSpec:
     else:
         data = load_json(path)
     name = path.parent.name if path.name == "config.json" else path.stem
-    return spec_from_hf_config(data, name=name, origin=str(path), source=str(path))
+    spec = spec_from_hf_config(data, name=name, origin=str(path), source=str(path))
+    note = _remote_code_note(data)
+    return _with_note(spec, note) if note else spec
 
 
 # Suffixes of repo names that change the weights or the packaging, not the cache's shape.
@@ -180,33 +202,65 @@ def _with_note(spec: ModelSpec, note: str) -> ModelSpec:
     return dataclasses.replace(spec, notes=(*spec.notes, note))
 
 
-def load_model(ref: str) -> ModelSpec:
-    """Resolve a model reference: a path, a bundled name or hub alias, a cached hub id, or a name variant
-    (quantized or re-packaged) of a bundled model, said in a note."""
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model spec and, when its config.json came through the Hugging Face cache, where from."""
+
+    spec: ModelSpec
+    hub: HubConfig | None = None
+
+
+def load_model(ref: str, *, fetch: bool | None = None, revision: str | None = None) -> ModelSpec:
+    """Resolve a model reference to its spec (``resolve_model`` without the hub details)."""
+    return resolve_model(ref, fetch=fetch, revision=revision).spec
+
+
+def resolve_model(ref: str, *, fetch: bool | None = None, revision: str | None = None) -> ResolvedModel:
+    """Resolve a model reference: a path, a bundled name or hub alias, a hub id in the local HF cache (or
+    fetched from the Hub: ``fetch``, default ``KVPLAN_FETCH``), or a name variant (quantized or re-packaged)
+    of a bundled model, said in a note. ``revision`` names a hub snapshot, so a hub id is then read from
+    the cache or the Hub even where kvplan bundles it."""
     path = Path(ref).expanduser()
     if path.exists():
-        return _from_file(path)
+        return ResolvedModel(_from_file(path))
     if path.suffix in (".json", ".yaml", ".yml"):
         raise ConfigError(f"{ref}: no such file")
-    entry = _lookup_bundled(ref)
+    hubio = _hubio() if "/" in ref or revision is not None else None
+    hub_id = hubio is not None and hubio.looks_like_hub_id(ref)
+    if hubio is not None and hubio.check_revision(revision) is not None and not hub_id:
+        raise InputError(f"--revision {revision} applies to hub ids (org/name); {ref!r} is not one")
+    entry = _lookup_bundled(ref) if revision is None else None
     if entry is not None:
         spec = load_bundled(entry)
         if "/" in ref and ref.strip().lower() != entry.name.lower():
             spec = _with_note(spec, f"{ref}: the bundled {entry.name} config ({entry.source})")
-        return spec
-    cached = _hf_cache_config(ref)
-    if cached is not None:
-        return spec_from_hf_config(load_json(cached), name=ref, origin=str(cached), source=f"local HF cache: {cached}")
+        if fetch and hub_id:
+            spec = _with_note(spec, f"nothing fetched: {ref} is bundled; add --revision main to read the Hub's "
+                                    "config.json instead")
+        return ResolvedModel(spec)
+    if hubio is not None and hub_id:
+        wants_fetch = hubio.fetch_enabled(fetch)
+        hub = hubio.fetch_config(ref, revision) if wants_fetch else hubio.cached_config(ref, revision)
+        if hub is not None:
+            return ResolvedModel(_from_hub(ref, hub), hub)
+        if revision is not None:
+            raise InputError(f"{ref} at revision {revision} is not in the local Hugging Face cache "
+                             f"({hubio.hub_cache_dir()}); " + hubio.not_cached_hint(ref, revision))
     variant = _variant_lookup(ref)
     if variant is not None:
-        return _with_note(load_bundled(variant[0]), variant[1])
+        note = variant[1] + ("; --fetch reads the repo's own config.json" if hub_id else "")
+        return ResolvedModel(_with_note(load_bundled(variant[0]), note))
     if ref.startswith((".", "/", "~")):
         raise ConfigError(f"{ref}: no such file")
     names = [e.name for e in bundled_index().values()]
     aliases = [a for e in bundled_index().values() for a in e.aliases]
     close = difflib.get_close_matches(ref.lower(), [n.lower() for n in names + aliases], n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
+    if hubio is not None and hub_id:
+        raise InputError(f"unknown model {ref!r}{hint}: not bundled (see `kvplan models`) and not in the local "
+                         f"Hugging Face cache ({hubio.hub_cache_dir()}); " + hubio.not_cached_hint(ref, None))
+    fetch_hint = "; --fetch takes a hub id, org/name" if fetch else ""
     raise InputError(
         f"unknown model {ref!r}{hint} (see `kvplan models`; a path to a config.json or a hub id in the local "
-        "Hugging Face cache also works)"
+        f"Hugging Face cache also works){fetch_hint}"
     )

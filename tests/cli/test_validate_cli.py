@@ -152,7 +152,7 @@ def test_validate_help_covers_every_option():
 
     params = typer.main.get_command(app).commands["validate"].params
     options = [p for p in params if p.name != "model"]
-    assert len(options) == 10
+    assert len(options) == 12  # with --fetch and --revision
     for p in options:
         assert p.help and "default" in p.help, p.name
 

@@ -270,6 +270,7 @@ def test_invariants_hold_and_every_request_finishes(data, groups, caching):
     inp = make_inputs(reqs, num_blocks=num_blocks, groups=groups, caching=caching, mnbt=mnbt,
                       seqs=data.draw(st.integers(1, 8)), mml=mml, lpt=data.draw(st.sampled_from([0, 5])))
     r = simulate_v1(inp, check_invariants=True)
+    assert simulate_v1(inp, fast_path=False) == r  # the running requests' fast path changes nothing
     assert r.completed == n
     assert r.generated_tokens == sum(min(q.output[1], mml - q.prompt_len) for q in reqs)
     assert sum(r.per_step_scheduled_tokens) >= r.prompt_tokens - r.cached_tokens

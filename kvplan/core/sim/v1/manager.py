@@ -35,6 +35,7 @@ class ReqState:
         "arrival_step",
         "blocks",
         "cached_tokens",
+        "cap_tokens",
         "cpu_tokens",
         "finish_ps",
         "finish_step",
@@ -47,6 +48,7 @@ class ReqState:
         "index",
         "max_tokens",
         "ncached",
+        "next_free_at",
         "next_store_chunk",
         "num_computed",
         "num_preemptions",
@@ -80,6 +82,10 @@ class ReqState:
         self.first_token_ps = 0
         self.finish_ps = 0
         self.next_store_chunk = 0
+        # Fast path of a running request's allocation: the tokens its blocks hold in every group, and the
+        # computed count at which a sliding/chunked group next frees a block (both kept by KVCacheManager).
+        self.cap_tokens = 0
+        self.next_free_at = 0
 
 
 class SpecGroup:
@@ -250,11 +256,18 @@ class KVCacheManager:
         return need
 
     def remove_skipped(self, r: ReqState, computed: int) -> None:
-        """Free the blocks attention no longer reads, back to front, as null blocks (remove_skipped_blocks)."""
+        """Free the blocks attention no longer reads, back to front, as null blocks (remove_skipped_blocks);
+        note the computed count at which the next block falls behind a window."""
+        nxt = 1 << 62
         for gi in self.recycling:
             blocks = r.blocks[gi]
-            k = min(self.skipped_tokens(gi, computed) // self.sizes[gi], len(blocks))
-            i = k - 1
+            b, w = self.sizes[gi], self.windows[gi]
+            skipped = self.skipped_tokens(gi, computed) // b
+            # sliding: (c - w + 1) // b > skipped from c = (skipped + 1) * b + w - 1; chunked: c // w * w reaches
+            # (skipped + 1) * b at the next multiple of w
+            at = (skipped + 1) * b + w - 1 if self.kinds[gi] == SLIDING else -(-((skipped + 1) * b) // w) * w
+            nxt = min(nxt, at)
+            i = min(skipped, len(blocks)) - 1
             if i < 0 or blocks[i] == 0:
                 continue
             freed = []
@@ -263,6 +276,7 @@ class KVCacheManager:
                 blocks[i] = 0
                 i -= 1
             self.pool.free(freed)
+        r.next_free_at = nxt
 
     def allocate_slots(self, r: ReqState, num_new: int, hits: list[list[int]] | None = None, hit_len: int = 0,
                        ext: int = 0, admitting: bool = False, has_running: bool = True) -> bool:
@@ -273,20 +287,26 @@ class KVCacheManager:
         wm = self.watermark_blocks if admitting and has_running else 0
         if admitting and self.reserve_full_isl:
             full = min(r.num_tokens, self.mml)
-            if self._to_allocate(r, full, hits, total, True) + wm > pool.num_free:
+            if self._to_allocate(r, full, hits, total, True) + wm > len(pool.plain) + len(pool.cached_free):
                 return False
         need_slot = min(total + num_new, self.mml)
         if self.recycling:
             self.remove_skipped(r, total)
-        if self._to_allocate(r, need_slot, hits, total, False) + wm > pool.num_free:
+        else:
+            r.next_free_at = 1 << 62
+        if self._to_allocate(r, need_slot, hits, total, False) + wm > len(pool.plain) + len(pool.cached_free):
             return False
         if not r.tracked and (hit_len or ext or (hits and any(hits))):
             self._adopt(r, hits, hit_len, ext)
+        cap = 1 << 62
         for gi in range(len(self.groups)):
             blocks = r.blocks[gi]
             new = self.required(gi, need_slot) - len(blocks)
             if new > 0:
                 blocks += pool.get_new(new)
+            if self.kinds[gi] != MAMBA and len(blocks) * self.sizes[gi] < cap:
+                cap = len(blocks) * self.sizes[gi]
+        r.cap_tokens = cap
         r.tracked = True
         if self.caching:
             self.cache_blocks(r, min(total + num_new, r.num_tokens))
@@ -340,6 +360,7 @@ class KVCacheManager:
             r.blocks[gi] = []
             r.ncached[gi] = 0
         r.tracked = False
+        r.cap_tokens = r.next_free_at = 0
 
     def blocks_for_prompt(self, r: ReqState) -> int:
         """Blocks the admission gate asks of an empty pool for r (for error messages)."""

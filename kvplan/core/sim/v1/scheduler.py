@@ -31,9 +31,12 @@ from kvplan.errors import InputError
 MAX_IDLE_STEPS = 1 << 40
 
 
-def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False) -> V1Result:
-    """Run every request to completion; ``check_invariants`` verifies the pool's books every step."""
-    return _Sim(inputs, check_invariants).run()
+def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True) -> V1Result:
+    """Run every request to completion; ``check_invariants`` verifies the pool's books every step;
+    ``fast_path=False`` calls allocate_slots for every scheduled request (the tests check both agree)."""
+    sim = _Sim(inputs, check_invariants)
+    sim.fast = fast_path
+    return sim.run()
 
 
 class _Sim:
@@ -72,6 +75,8 @@ class _Sim:
     def run(self) -> V1Result:
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
         caching = cfg.enable_prefix_caching
+        hash_block = mgr.hash_block
+        fast = self.fast
         budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
         lpt0 = cfg.long_prefill_token_threshold
         step_model = self.inputs.step_model
@@ -120,7 +125,15 @@ class _Sim:
                 if num <= 0:
                     i += 1
                     continue
-                ok = mgr.allocate_slots(r, num)
+                end = r.num_computed + num
+                if fast and end <= r.cap_tokens and r.num_computed < r.next_free_at:
+                    # the blocks held cover the step and nothing falls behind a window: allocate_slots would
+                    # only file newly full blocks in the prefix cache
+                    ok = True
+                    if caching and min(end, r.num_tokens) >= (r.ncached[0] + 1) * hash_block:
+                        mgr.cache_blocks(r, min(end, r.num_tokens))
+                else:
+                    ok = mgr.allocate_slots(r, num)
                 while not ok:
                     victim = running.pop()
                     mgr.free(victim)

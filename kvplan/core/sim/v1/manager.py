@@ -105,7 +105,7 @@ class KVCacheManager:
         self.windows = [g.window for g in layout.groups]
         self.state_blocks = [g.state_blocks for g in layout.groups]
         self.caching = sched.enable_prefix_caching
-        self.pool = BlockPool(layout.num_blocks, self.caching)
+        self.pool = BlockPool(layout.num_blocks, self.caching, len(layout.groups))
         self.mml = sched.max_model_len
         # sync scheduling: one batch in flight (vllm/config/vllm.py: max_in_flight_tokens)
         self.caps = [g.admission_cap_blocks(sched.max_num_batched_tokens, self.mml) for g in layout.groups]
@@ -190,10 +190,18 @@ class KVCacheManager:
         ids, b = sg.ids, sg.block_size
         max_blocks = max_len // b
         out: list[list[int]] = [[] for _ in ids]
+        if sg.kind == FULL and len(ids) == 1:  # the common case, without a list a block
+            cache, o = self.pool.caches[ids[0]], out[0]
+            for j in range(min(max_blocks, len(keys))):
+                held = cache.get(keys[j])
+                if held is None:
+                    break
+                o.append(held if held.__class__ is int else held[0])  # type: ignore[index]
+            return out, len(o) * b
         if sg.kind == FULL:
             for j in range(min(max_blocks, len(keys))):
                 k = keys[j]
-                got = [lookup((gi, k)) for gi in ids]
+                got = [lookup(gi, k) for gi in ids]
                 if None in got:
                     break
                 for o, blk in zip(out, got):
@@ -206,7 +214,7 @@ class KVCacheManager:
             found = False
             for i in range(max_blocks - 1, -1, -1):
                 k = keys[i]
-                got = [lookup((gi, k)) for gi in ids]
+                got = [lookup(gi, k) for gi in ids]
                 if None in got:
                     run = 0
                     continue
@@ -227,7 +235,7 @@ class KVCacheManager:
         out = [[0] * start for _ in ids]
         for j in range(start, min(max_blocks, len(keys))):
             k = keys[j]
-            got = [lookup((gi, k)) for gi in ids]
+            got = [lookup(gi, k) for gi in ids]
             if None in got:
                 break
             for o, blk in zip(out, got):
@@ -347,7 +355,7 @@ class KVCacheManager:
             for j in range(start, full):
                 blk = blocks[j]
                 if blk:
-                    insert((gi, keys[j]), blk)
+                    insert(gi, keys[j], blk)
             r.ncached[gi] = full
 
     def free(self, r: ReqState) -> None:

@@ -21,18 +21,19 @@ from collections import OrderedDict, deque
 
 
 class BlockPool:
-    __slots__ = ("cache", "cached_free", "caching", "evicted", "key", "num_blocks", "on_evict", "plain", "ref")
+    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "num_blocks", "plain", "ref")
 
-    def __init__(self, num_blocks: int, caching: bool) -> None:
+    def __init__(self, num_blocks: int, caching: bool, num_groups: int = 1) -> None:
         self.num_blocks = num_blocks
         self.ref = [0] * num_blocks
-        self.key: list[object] = [None] * num_blocks  # the (group, prefix) key a cached block is filed under
+        self.key: list[int | None] = [None] * num_blocks  # the prefix key a cached block is filed under
+        self.group = [0] * num_blocks  # ... in this group's map
         self.plain: deque[int] = deque(range(1, num_blocks))  # free, unhashed, front first
         self.cached_free: OrderedDict[int, None] = OrderedDict()  # free, hashed, LRU first
-        self.cache: dict[object, int | list[int]] = {}  # key -> block (or blocks, first inserted first)
+        # per group: key -> block (or blocks, first inserted first)
+        self.caches: list[dict[int, int | list[int]]] = [{} for _ in range(num_groups)]
         self.evicted = 0  # cached blocks whose hash was dropped to reuse them
         self.caching = caching
-        self.on_evict = None  # callback(key) when a cached block is evicted (CPU tier statistics)
 
     @property
     def num_free(self) -> int:
@@ -62,15 +63,14 @@ class BlockPool:
     def _drop_hash(self, b: int) -> None:
         k = self.key[b]
         self.key[b] = None
-        held = self.cache.get(k)
+        cache = self.caches[self.group[b]]
+        held = cache.get(k)  # type: ignore[arg-type]
         if held == b:
-            del self.cache[k]
+            del cache[k]  # type: ignore[arg-type]
         elif isinstance(held, list):
             held.remove(b)
             if len(held) == 1:
-                self.cache[k] = held[0]
-        if self.on_evict is not None:
-            self.on_evict(k)
+                cache[k] = held[0]  # type: ignore[index]
 
     def touch(self, blocks: list[int]) -> None:
         ref = self.ref
@@ -97,21 +97,23 @@ class BlockPool:
         if first:
             self.plain.extendleft(reversed(first))
 
-    def lookup(self, k: object) -> int | None:
-        held = self.cache.get(k)
-        if held is None or isinstance(held, int):
-            return held
-        return held[0]
+    def lookup(self, g: int, k: int) -> int | None:
+        held = self.caches[g].get(k)
+        if held is None or held.__class__ is int:
+            return held  # type: ignore[return-value]
+        return held[0]  # type: ignore[index]
 
-    def insert(self, k: object, b: int) -> None:
-        """File a full block under its key (BlockPool._insert_block_hash)."""
-        if self.key[b] == k:
+    def insert(self, g: int, k: int, b: int) -> None:
+        """File a full block of group g under its key (BlockPool._insert_block_hash)."""
+        if self.key[b] == k and self.group[b] == g:
             return
         self.key[b] = k
-        held = self.cache.get(k)
+        self.group[b] = g
+        cache = self.caches[g]
+        held = cache.get(k)
         if held is None:
-            self.cache[k] = b
-        elif isinstance(held, int):
-            self.cache[k] = [held, b]
+            cache[k] = b
+        elif held.__class__ is int:
+            cache[k] = [held, b]  # type: ignore[list-item]
         else:
-            held.append(b)
+            held.append(b)  # type: ignore[union-attr]

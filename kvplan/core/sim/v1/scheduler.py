@@ -223,7 +223,7 @@ class _Sim:
                 if r.first_token_step < 0:
                     r.first_token_step = s
                     r.first_token_ps = end_clock
-                if caching:
+                if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hash_block:  # type: ignore[union-attr]
                     r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
                 if r.num_tokens >= mml or r.generated >= r.max_tokens:
                     r.finish_step = s

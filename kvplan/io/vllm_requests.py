@@ -3,7 +3,11 @@ pydantic models with unknown keys rejected, converted to kvplan.core.sim.v1's in
 
 The pool comes from the model spec and the vLLM release's rules exactly as ``kvplan fit`` plans it
 (kvplan.core.capacity.vllm_plan.plan_vllm: groups, block sizes, pages), with ``num_gpu_blocks`` as vLLM's
---num-gpu-blocks-override. The format is the contract in docs/vllm-scheduler-reference.md.
+--num-gpu-blocks-override. The format (shared with tools/vllm_reference, which records vLLM's results for
+the same files): a JSON object with the model (a kvplan model name, or an inline config.json as
+``model_config``), tp, kv_cache_dtype, num_gpu_blocks, the scheduler settings, and requests, each a list of
+``[segment id, tokens]`` prompt segments, an ``[segment id, tokens]`` output segment and its arrival step.
+Token i of segment s is ``1 + (s * 1_000_003 + i * 7_919 + (s * i) % 104_729) % 30_000``: only equality matters.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's kvplan (the blocks run `python -m kvplan` from ROOT too)
 README = ROOT / "README.md"
 LOGS = ROOT / "tests" / "fixtures" / "vllm_logs"
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
@@ -62,8 +63,48 @@ def published() -> str:
         ("GPT-3 175B fp16, 4,096 tokens", f"{' / '.join(f'{g:,.0f}' for g in gpt3)} GiB at batch 4 / 16 / 64",
          '75.5 / 302 / 1,208 "GB"'),
     ]
+    rows += [(f"{m['name']} {m['dtype']}", f"{m['bytes_per_token']:,} B/token; {_params(m)}", _cited(m))
+             for m in bundled_models() if m["published"] or _read_by_family_module(m)]
     return "\n".join(["| model | kvplan | published |", "|---|---|---|",
                       *(f"| {m} | {k} | {p} |" for m, k, p in rows)])
+
+
+def bundled_models() -> list[dict]:
+    """`kvplan models --json`: every file of configs/models/, with its parameter count and cited figures."""
+    return kvplan_json("models")["models"]
+
+
+def _read_by_family_module(model: dict) -> bool:
+    """Architectures the generic config reader cannot describe (kvplan/io/families): the newer families,
+    whose rows the published-figures table shows whether or not their file cites a figure."""
+    from kvplan.io.families import family_module
+
+    return family_module(model["model_type"]) is not None
+
+
+def _params(model: dict) -> str:
+    if model["params"] is None:
+        return "parameters not counted"
+    text = f"{model['params'] / 1e9:,.2f}B parameters"
+    if model["published"]:
+        text += f" ({100 * (model['params'] / model['published']['params'] - 1):+.2f}%)"
+    return text
+
+
+def _cited(model: dict) -> str:
+    return model["published"]["source"].replace("|", "/") if model["published"] else ""
+
+
+def models_table() -> str:
+    """The bundled models: hub id, layers by kind, KV bytes per token in the model's dtype, parameters as
+    `fit` counts them. One row per file of configs/models/, so a new file adds its row."""
+    out = ["| model | hub id | layers | KV/token | parameters |", "|---|---|---|---|---|"]
+    for m in bundled_models():
+        hub = next((a for a in m["aliases"] if "/" in a), "")
+        params = f"{m['params'] / 1e9:,.2f}B" if m["params"] is not None else "-"
+        out.append(f"| `{m['name']}` | {hub} | {m['layers']}: {m['attention']} | {m['bytes_per_token']:,} B "
+                   f"({m['dtype']}) | {params} |")
+    return "\n".join(out)
 
 
 def engines_gemma() -> str:
@@ -171,6 +212,7 @@ def timings_size() -> str:
 
 BLOCKS: dict[str, Callable[[], str]] = {
     "size-sample": size_sample,
+    "models": models_table,
     "published": published,
     "engines-gemma": engines_gemma,
     "gpt3-misprint": gpt3_misprint,

@@ -14,9 +14,9 @@ from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table,
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
-from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec
+from kvplan.core.spec import LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
 from kvplan.errors import InputError
-from kvplan.io.models import bundled_index, load_bundled, load_model
+from kvplan.io.models import bundled_index, bundled_published, load_bundled, load_model
 
 console = make_console()
 
@@ -192,6 +192,8 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
 def models(as_json: bool = typer.Option(False, "--json", help="Print JSON (with hub ids and sources) instead "
                                                                  "of a table.")) -> None:
     """The bundled model configs."""
+    from kvplan.core.weights import count_params
+
     rows = []
     for entry in bundled_index().values():
         spec = load_bundled(entry)
@@ -210,6 +212,10 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON (with 
                 "max_model_len": spec.max_model_len,
                 "bytes_per_token": per_token,
                 "source": entry.source,
+                "model_type": spec.model_type,
+                # parameters as `fit` counts them, and the published figure the bundled file cites (or null)
+                "params": count_params(spec, spec.arch).total if spec.arch else None,
+                "published": bundled_published(entry),
             }
         )
     if as_json:
@@ -247,6 +253,9 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
             conv, state = get_engine("ideal").linear_state_elems(layer)
             row.update(family=layer.family, conv_elems=conv, state_elems=state,
                        state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)))
+        elif isinstance(layer, NoCacheLayer):
+            if layer.reads_layer >= 0:  # cross-layer KV sharing: attends over that layer's cache, stores none
+                row.update(reads_layer=layer.reads_layer, bytes_per_token=0)
         elif layer.kind is not LayerKind.NONE:
             row.update(num_kv_heads=layer.num_kv_heads, k_head_dim=layer.k_head_dim, v_head_dim=layer.v_head_dim,  # type: ignore[union-attr]
                        window=layer.window or None,  # type: ignore[union-attr]
@@ -293,7 +302,7 @@ def show(
             cached = f"{row['family']}: conv {row['conv_elems']:,} + state {row['state_elems']:,} elems"
             per_tok = f"fixed {format_bytes(row['state_bytes_per_sequence'])} per sequence"
         elif row["kind"] == "none":
-            cached, per_tok = "nothing", "0"
+            cached, per_tok = ("nothing", "0") if "reads_layer" not in row else (row["description"], "0 (shared)")
         else:
             cached = row["description"]
             per_tok = bytes_cell(row["bytes_per_token"])

@@ -7,7 +7,8 @@ A model is not "an MHA model" or "a GQA model": each layer is one of
 - ``MLALayer``: DeepSeek-V2/V3 multi-head latent attention, cached either as the compressed latent
   (``kv_lora_rank + qk_rope_head_dim`` per token, no K/V pair) or expanded to per-head K and V;
 - ``LinearLayer``: linear attention / state-space (Mamba, gated delta net): a fixed state per sequence;
-- ``NoCacheLayer``: nothing cached.
+- ``NoCacheLayer``: nothing cached; with ``reads_layer`` set, the layer attends over an earlier layer's
+  cache (cross-layer KV sharing: Gemma 3n / Gemma 4 ``num_kv_shared_layers``) and adds no bytes of its own.
 
 Pure data: no I/O. Built from configs by ``kvplan.io.hf_config``.
 """
@@ -129,6 +130,9 @@ class LinearLayer:
 @dataclass(frozen=True, kw_only=True)
 class NoCacheLayer:
     kind: LayerKind = LayerKind.NONE
+    # Cross-layer KV sharing: the index of the earlier layer whose cache this layer's attention reads
+    # (-1: the layer has no attention, e.g. a Mamba/MoE-only block). It stores nothing itself.
+    reads_layer: int = -1
     holds_tokens = False
     window = 0
     sliding_window = 0
@@ -137,6 +141,8 @@ class NoCacheLayer:
         return num_tokens
 
     def describe(self, num_attention_heads: int) -> str:
+        if self.reads_layer >= 0:
+            return f"shares layer {self.reads_layer}'s KV cache"
         return "no cache"
 
 
@@ -174,6 +180,17 @@ class ArchShape:
     q_lora_rank: int = 0
     linear_layer_params: int = 0  # one linear-attention / Mamba layer's mixer, all projections included
     extra_params: int = 0  # parameters outside the decoder stack kvplan does not break down (noted)
+    # Per-layer differences (empty: every layer alike). Dense MLP width of each layer (Gemma 3n's
+    # per-layer intermediate_size list; Gemma 4's double-wide MLP on KV-shared layers):
+    layer_intermediate: tuple[int, ...] = ()
+    k_eq_v_layers: tuple[bool, ...] = ()  # V is the K projection's output: no v_proj (Gemma 4 global layers)
+    # Per layer, held whole by each rank: small modules the generic count does not break down (q/k norms,
+    # routing biases, Gemma 3n's AltUp, LAuReL and per-layer-input gate); empty: none.
+    layer_whole_params: tuple[int, ...] = ()
+    dense_with_moe: bool = False  # MoE layers keep the dense MLP beside the experts (Gemma 4 26B-A4B)
+    # More embedding-side tables on the first stage, split over TP as the vocabulary is (Gemma 3n/4's
+    # per-layer embeddings and their projection: VocabParallelEmbedding/ColumnParallelLinear in vLLM)
+    embedding_extra_params: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

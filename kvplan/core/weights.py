@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec, MoEShape
+from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec, MoEShape, NoCacheLayer
 from kvplan.errors import InputError
 
 
@@ -118,6 +118,16 @@ def _attention_params(layer: Layer, arch: ArchShape, num_heads: int) -> tuple[in
     return 0, 0
 
 
+def _shared_kv_params(target: Layer, arch: ArchShape, num_heads: int) -> int:
+    """A layer that reads another layer's KV cache keeps its query and output projections only (Gemma 3n,
+    Gemma 4: ``Gemma3nTextAttention`` builds no k_proj/v_proj on KV-shared layers), shaped as its target."""
+    if not isinstance(target, AttentionLayer):
+        return 0
+    q_dim = num_heads * (arch.q_head_dim or target.k_head_dim)
+    split = arch.hidden_size * q_dim + num_heads * target.v_head_dim * arch.hidden_size
+    return split + (q_dim if arch.qkv_bias else 0) + (arch.hidden_size if arch.o_bias else 0)
+
+
 def _mlp_params(arch: ArchShape, width: int) -> int:
     h = arch.hidden_size
     mats = 3 if arch.gated_mlp else 2
@@ -130,6 +140,12 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
     split, experts, whole = [], [], []
     for i, layer in enumerate(spec.layers):
         s, w = _attention_params(layer, arch, spec.num_attention_heads)
+        if isinstance(layer, NoCacheLayer) and 0 <= layer.reads_layer < len(spec.layers):
+            s = _shared_kv_params(spec.layers[layer.reads_layer], arch, spec.num_attention_heads)
+        if isinstance(layer, AttentionLayer) and i < len(arch.k_eq_v_layers) and arch.k_eq_v_layers[i]:
+            v_dim = layer.num_kv_heads * layer.v_head_dim
+            s -= h * v_dim + (v_dim if arch.qkv_bias else 0)  # no v_proj: V is the K projection's output
+        width = arch.layer_intermediate[i] if i < len(arch.layer_intermediate) else arch.intermediate_size
         e = 0
         moe_here = arch.moe is not None and i < len(arch.moe_layers) and arch.moe_layers[i]
         if moe_here:
@@ -141,13 +157,16 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
             if m.shared_intermediate:
                 s += 3 * h * m.shared_intermediate
                 w += h if m.shared_gate else 0
+            if arch.dense_with_moe:
+                s += _mlp_params(arch, width)
         else:
-            s += _mlp_params(arch, arch.intermediate_size)
+            s += _mlp_params(arch, width)
         w += arch.norms_per_layer * h * (2 if arch.norm_bias else 1)
+        w += arch.layer_whole_params[i] if i < len(arch.layer_whole_params) else 0
         split.append(s)
         experts.append(e)
         whole.append(w)
-    embedding = arch.vocab_size * h + arch.position_embeddings * h
+    embedding = arch.vocab_size * h + arch.position_embeddings * h + arch.embedding_extra_params
     return ParamCounts(
         embedding=embedding,
         lm_head=0 if arch.tie_word_embeddings else arch.vocab_size * h,

@@ -60,6 +60,14 @@ _BOUNDS: dict[str, int] = {
                      "sliding_window", "attention_chunk_size"), _MAX_POSITIONS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
                      "n_shared_experts"), _MAX_EXPERTS),
+    # attention family readers (kvplan.io.families.attention): Gemma 3n/4, GLM-4.x MoE, MiniMax-M2, Hunyuan
+    **dict.fromkeys(("num_kv_shared_layers", "num_nextn_predict_layers", "num_mtp_modules"), _MAX_LAYERS),
+    "num_global_key_value_heads": _MAX_HEADS,
+    **dict.fromkeys(("global_head_dim", "attention_head_dim"), _MAX_HEAD_DIM),
+    **dict.fromkeys(("hidden_size_per_layer_input", "laurel_rank", "shared_intermediate_size"), _MAX_WIDTH),
+    "vocab_size_per_layer_input": _MAX_VOCAB,
+    "altup_num_inputs": _MAX_SMALL,
+    "top_k_experts": _MAX_EXPERTS,
 }
 _MAX_OTHER = 1 << 30  # any integer key not listed above
 
@@ -160,6 +168,9 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"sliding_window": 4096},  # Gemma2Config
     "gpt_oss": {"torch_dtype": "bfloat16", "sliding_window": 128},  # model card: bf16 outside MXFP4 experts
     "gpt2": {"torch_dtype": "float32", "n_positions": 1024},  # the released checkpoints are float32
+    # Gemma4TextConfig / Gemma3nTextConfig (kvplan.io.families.attention reads the rest)
+    "gemma4_text": {"max_position_embeddings": 131_072, "sliding_window": 512, "vocab_size": 262_144},
+    "gemma3n_text": {"max_position_embeddings": 32_768, "sliding_window": 512, "vocab_size": 262_400},
 }
 
 

@@ -42,9 +42,10 @@ class BundledModel:
     source: str
     notes: str
     config: dict[str, Any]
+    published: dict[str, Any] | None = None  # PublishedFigures: params, source
 
 
-_BUNDLED_TYPES = {"name": str, "aliases": list, "source": str, "notes": str, "config": dict}
+_BUNDLED_TYPES = {"name": str, "aliases": list, "source": str, "notes": str, "config": dict, "published": dict}
 _BUNDLED_REQUIRED = {"name", "source", "config"}
 
 
@@ -93,8 +94,13 @@ def _read_bundled(path: Path) -> BundledModel:
         data = parse_model(path, BundledModelFile, data).model_dump()
     return BundledModel(
         name=data["name"], aliases=list(data.get("aliases", [])), source=data["source"],
-        notes=data.get("notes", ""), config=data["config"],
+        notes=data.get("notes", ""), config=data["config"], published=data.get("published"),
     )
+
+
+def bundled_published(entry: BundledEntry) -> dict[str, Any] | None:
+    """The published figures a bundled file cites (``published``: params, source), or None."""
+    return _read_bundled(entry.path).published
 
 
 def load_bundled(entry: BundledEntry) -> ModelSpec:

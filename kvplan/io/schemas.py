@@ -7,6 +7,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 
+class PublishedFigures(BaseModel):
+    """A bundled model's published parameter count and where it was published (the README's
+    published-figures table shows it; a test holds kvplan's count to within 1% of it)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    params: int  # what fit counts: the language model as vLLM loads it (say in source what is left out)
+    source: str
+
+
 class BundledModelFile(BaseModel):
     """configs/models/*.yaml: a cited subset of a model's config.json."""
 
@@ -17,6 +27,7 @@ class BundledModelFile(BaseModel):
     source: str
     notes: str = ""
     config: dict[str, Any]
+    published: PublishedFigures | None = None
 
 
 class GPUEntry(BaseModel):

@@ -73,14 +73,21 @@ def reduced_config(raw: dict[str, Any], layers: int | None) -> dict[str, Any]:
     if layers is None:
         return cfg
     target = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
+    total = next((target[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(target.get(k), int)),
+                 None)
     for key in ("num_hidden_layers", "n_layer", "num_layers"):
         if key in target:
             if layers > target[key]:
                 raise InputError(f"--layers {layers} exceeds the model's {target[key]} layers")
             target[key] = layers
-    for key in ("layer_types", "no_rope_layers"):
-        if isinstance(target.get(key), list):
+    # per-layer lists (Gemma 3n's intermediate_size and activation_sparsity_pattern, Hunyuan's MoE lists)
+    for key in ("layer_types", "no_rope_layers", "intermediate_size", "activation_sparsity_pattern", "moe_topk",
+                "moe_intermediate_size", "num_shared_expert"):
+        if isinstance(target.get(key), list) and (key in ("layer_types", "no_rope_layers") or len(target[key]) == total):
             target[key] = target[key][:layers]
+    if isinstance(target.get("num_kv_shared_layers"), int) and isinstance(total, int):
+        # KV sharing covers the model's last layers: of the first `layers`, those from total - shared on
+        target["num_kv_shared_layers"] = max(0, layers - (total - target["num_kv_shared_layers"]))
     return cfg
 
 
@@ -206,7 +213,13 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    model = build_model(cfg, dtype=TORCH_DTYPES[dtype.name])
+    try:
+        model = build_model(cfg, dtype=TORCH_DTYPES[dtype.name])
+    except ImportError as exc:  # e.g. Gemma 3n's vision tower needs timm
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), exc.__class__.__name__)
+        first = first.split(". ")[0].rstrip(".")
+        raise InputError(f"transformers cannot build {spec.name} here: {first}; install what it names, or validate "
+                         "the text_config alone saved as a config.json") from None
     if device == "cuda":
         model = model.to("cuda")
         torch.cuda.synchronize()

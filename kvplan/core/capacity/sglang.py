@@ -12,6 +12,8 @@ Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research
 - Hybrid SWA models split the pool: full_tokens = tokens x (F + S) / (F + r x S) with r =
   ``swa_full_tokens_ratio`` 0.8 (F, S: bytes per token of the full and sliding layers); mamba
   hybrids give r / (1 + r) of the rest (r = ``mamba_full_memory_ratio`` 0.9) to mamba states.
+- KV-shared layers (Gemma 3n/4 ``num_kv_shared_layers``) still get pool buffers, sized as the layer they
+  read (kvplan.core.engines.sglang.allocated_layers).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
 from kvplan.core.engines import get_engine
+from kvplan.core.engines.sglang import allocated_layers
 from kvplan.core.profiles.sglang import default_fraction
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
 
@@ -91,7 +94,7 @@ class SGLangBudget(EngineBudget):
 
     def _pool(self, req: FitRequest, setup: Setup, stage: Stage) -> _Pool:
         eng, dtype = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype)
-        layers, rest = stage.layers, stage.kv_bytes
+        layers, rest = allocated_layers(req.spec, stage.layers), stage.kv_bytes  # KV-shared layers: buffers too
         full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
                         if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING) and not isinstance(x, LinearLayer))
         swa_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
@@ -157,7 +160,8 @@ class SGLangBudget(EngineBudget):
             notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated "
                          f"activation + CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower "
                          "mem_fraction_static")
-        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in stage.layers if not isinstance(x, LinearLayer))
+        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in allocated_layers(spec, stage.layers)
+                       if not isinstance(x, LinearLayer))
         return Capacity(
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
             block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,

@@ -22,7 +22,8 @@ _MODULE_TYPES: dict[str, tuple[str, ...]] = {
     "kvplan.io.families.hybrid": (),
 
     # softmax attention with per-layer shapes and cross-layer KV sharing
-    "kvplan.io.families.attention": (),
+    "kvplan.io.families.attention": ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text", "olmo3", "seed_oss",
+                                     "hunyuan_v1_moe", "hunyuan_v1_dense", "hunyuan", "minimax_m2", "glm4_moe"),
 }
 
 

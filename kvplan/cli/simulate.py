@@ -133,7 +133,8 @@ def simulate(
         plot_simulation(results, plot, title=w.name)
     if as_json:
         print_json({
-            "workload": w.name, "requests": len(w.requests), "scheduler_model": "event", "pool_slots": w.config.pool_slots,
+            "workload": w.name, "requests": len(w.requests), "scheduler_model": "event",
+            "pool_slots": w.config.pool_slots,
             "pool_bytes": w.pool_bytes, "bytes_per_token": w.bytes_per_token,
             "max_model_len": w.config.max_model_len, "max_num_seqs": w.config.max_num_seqs,
             "max_num_batched_tokens": w.config.max_num_batched_tokens,

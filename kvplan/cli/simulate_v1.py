@@ -30,7 +30,7 @@ def event_or_v1(path: Path, *, engine: str | None, model: str | None, plot: Path
     if sim == EVENT:
         w = resolve_workload(path, wf=wf)
         longer = "" if model == EVENT else long_prompt_reason(
-            wf, [q.prompt for q in w.requests], w.config.max_num_batched_tokens)
+            wf, [q.prompt for q in w.requests], w.config.max_num_batched_tokens, w.config.max_model_len)
         if not longer:
             return dataclasses.replace(w, notes=(*w.notes, f"simulator: event ({why})"))
         sim, why = V1, longer
@@ -44,8 +44,12 @@ def event_or_v1(path: Path, *, engine: str | None, model: str | None, plot: Path
 
 def run_v1(v: "V1Workload", *, as_json: bool) -> None:
     from kvplan.core.sim.v1 import simulate_v1
+    from kvplan.errors import KvplanError
 
-    result = simulate_v1(v.inputs)
+    try:
+        result = simulate_v1(v.inputs)
+    except KvplanError as exc:
+        raise type(exc)(f"{v.origin}: {exc}") from None
     doc = v1_json(v, result)
     if as_json:
         print_json(doc)
@@ -84,14 +88,15 @@ def v1_json(v: "V1Workload", r: "V1Result") -> dict[str, Any]:
     name = f"paged-{v.block_size}"
     served = {
         "mean_batch_size": r.mean_running, "peak_batch_size": r.peak_running, "preemptions": r.preemptions,
-        "completed": r.completed, "rejected": v.rejected,
-        "rejected_reasons": {"prompt_reaches_max_model_len": v.rejected} if v.rejected else {},
+        "completed": v.user_requests - v.rejected, "rejected": v.rejected,
+        "rejected_reasons": {"prompt_exceeds_max_model_len": v.rejected} if v.rejected else {},
         "makespan_steps": r.schedule_calls, "makespan_seconds": r.seconds, "generated_tokens": r.generated_tokens,
         "throughput_tokens_per_s": r.throughput_tokens_per_s, "busy_seconds": r.busy_seconds,
         "drain_seconds": drain,
     }
     doc: dict[str, Any] = {
-        "workload": v.name, "requests": len(inp.requests) + v.rejected, "scheduler_model": "vllm-v1",
+        "workload": v.name, "requests": v.user_requests, "sequences": len(inp.requests),
+        "scheduler_model": "vllm-v1",
         "scheduler_model_reason": v.reason,
         "pool_slots": (lay.num_blocks - 1) * v.block_size, "pool_blocks": lay.num_blocks, "block_size": v.block_size,
         "kv_cache_groups": len(lay.groups), "pool_bytes": v.pool_bytes, "bytes_per_token": v.bytes_per_token,
@@ -146,9 +151,10 @@ def print_v1(v: "V1Workload", r: "V1Result", doc: dict[str, Any]) -> None:
     for note in v.notes:
         console.print(f"[yellow]note:[/] {note}")
     served = new_table("steps", "running", "peak", "preempt", "done", "KV use", "peak KV", "tok/s", numeric="*",
-                       title="What it serves (running: mean batch; tok/s: generated tokens per busy second)")
+                       title="What it serves (tok/s: generated tokens per busy second)")
     served.add_row(f"{r.steps:,}", f"{r.mean_running:.1f}", str(r.peak_running), f"{r.preemptions:,}",
-                   f"{r.completed:,}", f"{100 * r.mean_kv_usage:.1f}%", f"{100 * doc['peak_kv_usage']:.1f}%",
+                   f"{doc['requests'] - v.rejected:,}", f"{100 * r.mean_kv_usage:.1f}%",
+                   f"{100 * doc['peak_kv_usage']:.1f}%",
                    f"{r.throughput_tokens_per_s:,.0f}" if r.throughput_tokens_per_s else "-")
     print_table(console, served)
     if r.busy_seconds is not None:
@@ -164,8 +170,7 @@ def print_v1(v: "V1Workload", r: "V1Result", doc: dict[str, Any]) -> None:
     pc = doc["prefix_cache"]
     needed = pc["gpu_hit_tokens"] + pc["cpu_hit_tokens"] + pc["recomputed_tokens"]
     tiers = new_table("prompt tokens", "tokens", "share", numeric="*",
-                      title="Where prompt tokens came from, every admission"
-                            + ("" if pc["enabled"] else " (prefix caching off)"))
+                      title="Prompt tokens by source" + ("" if pc["enabled"] else " (no prefix caching)"))
     for label, key in (("GPU prefix cache", "gpu_hit_tokens"), ("CPU tier", "cpu_hit_tokens"),
                        ("computed", "recomputed_tokens")):
         if key == "cpu_hit_tokens" and inp.offload is None:

@@ -200,7 +200,7 @@ class Offload(_Strict):
         try:
             size = parse_size(text, what=info.field_name)
         except (InputError, OverflowError, ValueError) as exc:
-            raise ValueError(str(exc) if isinstance(exc, InputError) else f"too large (got {str(value)[:20]})")
+            raise ValueError(str(exc) if isinstance(exc, InputError) else f"too large (got {str(value)[:20]})") from None
         if info.field_name == "bandwidth" and size < 1:
             raise ValueError("must be above 0")
         return value

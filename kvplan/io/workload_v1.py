@@ -37,13 +37,13 @@ from kvplan.io.workload import (
     WorkloadFile,
     _jsonl_rows,
     _length,
-    build_requests,
     load_workload_file,
     resolve_workload,
 )
 
 EVENT, V1 = "event", "vllm-v1"
-MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids cover 512-token blocks (kvcache-ai/Mooncake, FAST'25 traces)
+# The Mooncake traces' hash_ids cover 512-token blocks (kvcache-ai/Mooncake, FAST'25 traces README).
+MOONCAKE_BLOCK_TOKENS = 512
 MAX_TRACE_ROWS = MAX_COUNT
 EVENT_ONLY_NOTE = "the simulator holds every token in every attention layer"
 
@@ -57,7 +57,9 @@ class V1Workload:
     pool_bytes: int
     block_size: int
     session_turns: tuple[tuple[int, int], ...] = ()  # (index of the previous turn's request, this request's index)
-    rejected: int = 0  # prompts of max_model_len tokens or more (vLLM rejects them)
+    rejected: int = 0  # requests whose prompt reaches max_model_len (vLLM rejects them)
+    user_requests: int = 0  # requests as the workload counts them (before parallel sampling's fan-out)
+    origin: str = ""
     notes: tuple[str, ...] = ()
 
 
@@ -145,11 +147,12 @@ def _window_kinds(wf: WorkloadFile) -> str:
     return "/".join(kinds)
 
 
-def long_prompt_reason(wf: WorkloadFile, prompts: list[int], max_num_batched_tokens: int) -> str:
-    """Why auto turns to vllm-v1 for plain requests: prompts longer than the token budget (chunked prefill)."""
+def long_prompt_reason(wf: WorkloadFile, prompts: list[int], max_num_batched_tokens: int, max_model_len: int) -> str:
+    """Why auto turns to vllm-v1 for plain requests: prompts longer than the token budget that vLLM accepts
+    (shorter than max_model_len) need chunked prefill."""
     if not wf.serving.engine.startswith("vllm") or wf.scheduler.model != "auto":
         return ""
-    longer = sum(p > max_num_batched_tokens for p in prompts)
+    longer = sum(max_num_batched_tokens < p < max_model_len for p in prompts)
     if not longer:
         return ""
     return (f"auto: {longer} prompt(s) longer than max_num_batched_tokens {max_num_batched_tokens} "
@@ -217,7 +220,8 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
         raise ConfigError(f"{path}: every request's prompt reaches max_model_len {max_len}: nothing to simulate")
     if sch.preemption != "recompute":
         notes.append("vLLM v1 preempts by recompute only: scheduler.preemption swap is not used")
-    if w.allocators and any(not a.name.startswith("paged") for a in w.allocators) and "allocators" in wf.model_fields_set:
+    contiguous = any(not a.name.startswith("paged") for a in w.allocators)
+    if contiguous and "allocators" in wf.model_fields_set:
         notes.append("vllm-v1 simulates vLLM's paged pool only: the contiguous allocators are not run "
                      "(scheduler.model: event compares them, without chunked prefill or per-group pools)")
     block = min(g.block_size for g in layout.groups)
@@ -227,7 +231,8 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
                       step_model=w.config.step, notes=tuple(notes))
     return V1Workload(name=w.name, inputs=inputs, reason=reason, bytes_per_token=w.bytes_per_token,
                       pool_bytes=w.pool_bytes, block_size=block, session_turns=tuple(gen.turn_links),
-                      rejected=gen.rejected, notes=tuple(notes))
+                      rejected=gen.rejected, user_requests=gen.user_requests or len(requests) + gen.rejected,
+                      origin=str(path), notes=tuple(notes))
 
 
 class _Gen:
@@ -237,6 +242,7 @@ class _Gen:
         self.wf, self.origin, self.max_len, self.notes = wf, origin, max_len, notes
         self.next_seg = 1
         self.rejected = 0
+        self.user_requests = 0  # set when one request fans out into several (parallel sampling)
         self.turn_links: list[tuple[int, int]] = []
         self.out: list[V1Request] = []
 
@@ -292,10 +298,15 @@ class _Gen:
         requests: vllm/v1/engine/parallel_sampling.py)."""
         prefix = self.wf.sharing.shared_prefix_tokens
         shared = self.seg(prefix) if prefix else None
+        rejected = 0
         for q in requests:
             own = self.seg(q.prompt - prefix)
             for _ in range(q.n):
-                self.add([shared, own] if shared else [own], q.output, q.arrival_ps / PS_PER_S)
+                if self.add([shared, own] if shared else [own], q.output, q.arrival_ps / PS_PER_S) is None:
+                    rejected += 1
+                    break
+        self.rejected = rejected
+        self.user_requests = len(requests)
 
     def sessions(self) -> None:
         ss = self.wf.requests.sessions
@@ -470,12 +481,3 @@ def _duration(spec: Duration, rng: random.Random):
     mu = math.log(spec.mean) - spec.sigma**2 / 2
     return lambda: rng.lognormvariate(mu, spec.sigma)
 
-
-def plain_prompts(path: Path, wf: WorkloadFile) -> list[int]:
-    """Prompt lengths of plain requests (synthetic or a requests trace), for the long-prompt check."""
-    max_len = wf.scheduler.max_model_len or 0
-    if not max_len:
-        from kvplan.io.models import load_model
-
-        max_len = load_model(wf.serving.model).max_model_len if wf.serving.model else 0
-    return [q.prompt for q in build_requests(wf, path, max_model_len=max(max_len, 2))]

@@ -197,6 +197,10 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
     notes.extend(n for n in w.notes if not n.startswith(EVENT_ONLY_NOTE))
     caching = wf.sharing.prefix_caching
     linear = any(isinstance(layer, LinearLayer) for layer in spec.layers)
+    if linear and caching and "prefix_caching" not in wf.sharing.model_fields_set:
+        caching = False  # the default (true) is the event engine's; the v1 core does not model Mamba's align mode
+        notes.append("prefix caching is off: the vllm-v1 simulator does not model it for linear-attention "
+                     "(Mamba) layers (vLLM's mamba_cache_mode align)")
     available = w.pool_bytes if not w.num_blocks else 0
     try:
         plan = plan_vllm(spec.layers, available, max_len, choice.profile, model_dtype=spec.dtype,

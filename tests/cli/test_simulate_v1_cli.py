@@ -157,3 +157,21 @@ def test_bundled_v1_workloads_run(name):
     assert out["prefix_cache"]["hit_rate"] > 0
     if "offload" in name:
         assert out["prefix_cache"]["cpu_hit_tokens"] > 0 and out["offload"]["bytes_from_cpu"] > 0
+
+
+def test_a_hybrid_linear_model_runs_through_v1_without_prefix_caching(tmp_path):
+    out = run(write(tmp_path, """
+serving: {model: qwen3-next-80b-a3b, kv_pool_bytes: 4GiB}
+requests:
+  count: 12
+  seed: 1
+  arrival: {process: poisson, rate: 4}
+  prompt_tokens: {dist: uniform, low: 500, high: 6000}
+  output_tokens: {dist: uniform, low: 10, high: 100}
+scheduler: {max_model_len: 8192, max_num_batched_tokens: 4096}
+step_time: {model: constant, seconds: 0.02}
+"""))
+    assert out["scheduler_model"] == "vllm-v1" and "linear" in out["scheduler_model_reason"]
+    assert out["kv_cache_groups"] >= 2 and out["prefix_cache"]["enabled"] is False
+    assert any("prefix caching is off" in n for n in out["notes"])
+    assert out["allocators"][f"paged-{out['block_size']}"]["completed"] == 12

@@ -44,7 +44,7 @@ def first_divergence(ours: tuple[int, ...], ref: list[int]) -> str:
 
 
 def decode(series, encoding: str | None) -> list[int]:
-    if encoding == "rle":  # [[value, count], ...]
+    if encoding and ("run-length" in encoding or encoding == "rle"):  # [[value, count], ...]
         return [v for v, n in series for _ in range(n)]
     return list(series)
 

@@ -279,3 +279,20 @@ def test_invariants_hold_and_every_request_finishes(data, groups, caching):
     for rec, q in zip(r.per_request, reqs):
         assert q.arrival_step <= rec.first_scheduled_step <= rec.first_token_step <= rec.finish_step
         assert rec.num_cached_tokens <= q.prompt_len - 1
+
+
+@pytest.mark.parametrize("model", ["opt-13b", "gemma3-27b", "qwen3-next-80b-a3b"])
+def test_the_simulated_pool_is_the_one_fit_plans(model):
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.sim.v1.sizing import layout_from_fit
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.models import load_model
+
+    req = FitRequest(spec=load_model(model), gpu=get_gpu("H100-80GB"), engine="vllm", max_model_len=8192,
+                     tp=4 if model != "opt-13b" else 1)
+    result = fit(req)
+    layout = layout_from_fit(req, result)
+    assert layout.num_blocks == result.num_blocks
+    assert layout.block_bytes == result.page_size_bytes
+    assert min(g.block_size for g in layout.groups) == result.block_size

@@ -279,3 +279,32 @@ def test_invariants_hold_and_every_request_finishes(data, groups, caching):
     for rec, q in zip(r.per_request, reqs):
         assert q.arrival_step <= rec.first_scheduled_step <= rec.first_token_step <= rec.finish_step
         assert rec.num_cached_tokens <= q.prompt_len - 1
+
+
+@pytest.mark.parametrize("model", ["opt-13b", "gemma3-27b", "qwen3-next-80b-a3b"])
+def test_the_simulated_pool_is_the_one_fit_plans(model):
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.sim.v1.sizing import layout_from_fit
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.models import load_model
+
+    req = FitRequest(spec=load_model(model), gpu=get_gpu("H100-80GB"), engine="vllm", max_model_len=8192,
+                     tp=4 if model != "opt-13b" else 1)
+    result = fit(req)
+    layout = layout_from_fit(req, result)
+    assert layout.num_blocks == result.num_blocks
+    assert layout.block_bytes == result.page_size_bytes
+    assert min(g.block_size for g in layout.groups) == result.block_size
+
+
+def test_arrivals_in_time_join_at_the_first_step_starting_after_them():
+    # 1 s a step: A runs steps 0-4; B arrives at 2.5 s and joins at step 3 (starting at 3 s): 0.5 s queued;
+    # C arrives at 100 s on an idle engine: the clock jumps to it, no queueing
+    step = StepModel(base_ps=PS, per_token_ps=0, per_prefill_token_ps=0)
+    reqs = [V1Request(id=n, prompt=((i, 4),), output=(10 + i, o), arrival_ps=t)
+            for i, (n, t, o) in enumerate([("A", 0, 5), ("B", 25 * PS // 10, 2), ("C", 100 * PS, 1)])]
+    r = by_id(simulate_v1(make_inputs(reqs, step=step)))
+    assert (r["B"].arrival_step, r["B"].first_scheduled_step, r["B"].queue_s) == (3, 3, pytest.approx(0.5))
+    assert (r["B"].ttft_s, r["B"].e2e_s) == (pytest.approx(1.5), pytest.approx(2.5))
+    assert (r["C"].queue_s, r["C"].e2e_s) == (0.0, pytest.approx(1.0))

@@ -44,7 +44,7 @@ def first_divergence(ours: tuple[int, ...], ref: list[int]) -> str:
 
 
 def decode(series, encoding: str | None) -> list[int]:
-    if encoding == "rle":  # [[value, count], ...]
+    if encoding and ("run-length" in encoding or encoding == "rle"):  # [[value, count], ...]
         return [v for v, n in series for _ in range(n)]
     return list(series)
 
@@ -78,3 +78,20 @@ def test_the_pool_is_the_one_vllm_built(fixture: Path) -> None:
     theirs = sorted(((g["kind"] if g["kind"] != "mla" else "full"), g["block_size"], g.get("sliding_window") or 0)
                     for g in kv["groups"] if g["kind"] != "mamba")
     assert ours == theirs
+
+
+@pytest.mark.parametrize("fixture", fixture_files(), ids=lambda p: p.name)
+def test_kvplan_reproduces_every_step_and_request(fixture: Path) -> None:
+    """Stronger than the tolerances: the same running count, KV usage and scheduled tokens at every counted
+    step, and the same first-scheduled, first-token and finish steps, preemptions and hits per request."""
+    data = json.loads(fixture.read_text())
+    result = run(request_set_of(fixture, data))
+    enc = data.get("encoding")
+    for key in ("running", "kv_usage_permille", "scheduled_tokens"):
+        ours = getattr(result, f"per_step_{key}")
+        ref = decode(data["per_step"][key], enc)
+        assert list(ours) == ref, f"{key}: {first_divergence(ours, ref)}"
+    fields = ("first_scheduled_step", "first_token_step", "finish_step", "num_preemptions", "num_cached_tokens")
+    for rec in result.per_request:
+        ref = data["per_request"][rec.id]
+        assert tuple(getattr(rec, f) for f in fields) == tuple(ref[f] for f in fields), rec.id

@@ -40,6 +40,13 @@ class SchedulerConfig:
             raise InputError(f"long_prefill_token_threshold must be >= 0 (got {self.long_prefill_token_threshold})")
         if not 0.0 <= self.watermark < 1.0:
             raise InputError(f"watermark must be in [0, 1) (got {self.watermark})")
+        # vllm/config/scheduler.py::SchedulerConfig.verify_max_model_len
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise InputError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires")
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise InputError(f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) cannot exceed "
+                             f"max_model_len ({self.max_model_len}), as vLLM requires")
         if self.async_scheduling:
             raise InputError("async_scheduling is not modelled (vLLM's two batches in flight); set it false")
 

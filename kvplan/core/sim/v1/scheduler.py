@@ -109,24 +109,28 @@ class _Sim:
                 nxt += 1
 
             # ---- schedule() ----
+            # num_computed is advanced as soon as a request is scheduled (vLLM does it in
+            # _update_after_schedule, after the loops: nothing later in the step reads it, as a preemption
+            # victim under FCFS is never a request already scheduled in the step)
             budget = budget0
             lpt = lpt0 if len(running) + len(waiting) > 1 else 0
             sched: list[ReqState] = []
-            nums: list[int] = []
+            kv_tokens = prefill = 0
             preempted = False
             i = 0
             while i < len(running) and budget > 0:
                 r = running[i]
-                num = r.num_tokens - r.num_computed
-                if 0 < lpt < num:
-                    num = lpt
-                num = min(num, budget)
-                num = min(num, mml - r.num_computed - 1)
-                if num <= 0:
-                    i += 1
-                    continue
-                end = r.num_computed + num
-                if fast and end <= r.cap_tokens and r.num_computed < r.next_free_at:
+                c = r.num_computed
+                num = left = r.num_tokens - c
+                if left != 1:  # a prefill chunk; a decode (1 token) always fits below max_model_len - 1
+                    if 0 < lpt < num:
+                        num = lpt
+                    num = min(num, budget, mml - c - 1)
+                    if num <= 0:
+                        i += 1
+                        continue
+                end = c + num
+                if fast and end <= r.cap_tokens and c < r.next_free_at:
                     # the blocks held cover the step and nothing falls behind a window: allocate_slots would
                     # only file newly full blocks in the prefix cache
                     ok = True
@@ -148,8 +152,11 @@ class _Sim:
                     ok = mgr.allocate_slots(r, num)
                 if not ok:
                     break
+                r.num_computed = end
                 sched.append(r)
-                nums.append(num)
+                kv_tokens += end
+                if left != 1:
+                    prefill += num
                 budget -= num
                 i += 1
             if not preempted:
@@ -168,7 +175,7 @@ class _Sim:
                         break
                     waiting.popleft()
                     running.append(r)
-                    r.num_computed = computed
+                    r.num_computed = computed + num
                     if chunks:
                         cpu.load(chunks)  # type: ignore[union-attr]
                     gpu_hit += hit_len
@@ -180,16 +187,11 @@ class _Sim:
                         r.cached_tokens = hit_len
                         r.cpu_tokens = ext
                     sched.append(r)
-                    nums.append(num)
+                    kv_tokens += computed + num
+                    prefill += num
                     budget -= num
 
             total = budget0 - budget
-            kv_tokens = prefill = 0
-            for r, num in zip(sched, nums):  # _update_after_schedule
-                if num > 1 or r.num_computed != r.num_tokens - 1:
-                    prefill += num
-                r.num_computed += num
-                kv_tokens += r.num_computed
             if total:
                 steps += 1
                 nr = len(running)

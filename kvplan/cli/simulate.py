@@ -94,6 +94,9 @@ def simulate(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: memory timeline and breakdown per "
                                         "allocator (needs matplotlib); default: no plot."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables; default: tables."),
+    scheduler_model: Optional[str] = typer.Option(None, "--scheduler-model", help="auto, event or vllm-v1 (vLLM "
+                                                  "v1's scheduler step by step); default: the file's scheduler.model "
+                                                  "(auto)."),
 ) -> None:
     """Replay traffic against contiguous and paged KV allocators and show where the memory goes.
 
@@ -102,11 +105,15 @@ def simulate(
     """
     import dataclasses
 
+    from kvplan.cli.simulate_v1 import event_or_v1
     from kvplan.core.sim.model import allocator_spec
     from kvplan.io.examples import resolve_input
-    from kvplan.io.workload import resolve_workload
 
-    w = resolve_workload(resolve_input(workload_file, "workload"), engine=engine)
+    event = event_or_v1(resolve_input(workload_file, "workload"), engine=engine, model=scheduler_model, plot=plot,
+                        as_json=as_json)
+    if event is None:
+        return  # the vllm-v1 simulator ran and printed
+    w = event
     if allocator or placement:
         names = allocator or [a.name for a in w.allocators]
         where = placement or (w.allocators[0].placement if w.allocators else "buddy")
@@ -126,7 +133,8 @@ def simulate(
         plot_simulation(results, plot, title=w.name)
     if as_json:
         print_json({
-            "workload": w.name, "requests": len(w.requests), "pool_slots": w.config.pool_slots,
+            "workload": w.name, "requests": len(w.requests), "scheduler_model": "event",
+            "pool_slots": w.config.pool_slots,
             "pool_bytes": w.pool_bytes, "bytes_per_token": w.bytes_per_token,
             "max_model_len": w.config.max_model_len, "max_num_seqs": w.config.max_num_seqs,
             "max_num_batched_tokens": w.config.max_num_batched_tokens,

@@ -136,6 +136,81 @@ class Arrival(_Strict):
                                                         "above 1 bursty). Default 1.")
 
 
+
+# -- sections for the vLLM v1 simulator (kvplan/io/workload_v1.py turns them into requests) --------------
+class ConstantS(_Strict):
+    dist: Literal["constant"] = Field(description="Always the same number of seconds.")
+    value: float = Field(ge=0, le=MAX_STEP_S * 24, description="Seconds.")
+
+
+class UniformS(_Strict):
+    dist: Literal["uniform"] = Field(description="Seconds uniform over low..high.")
+    low: float = Field(ge=0, le=MAX_STEP_S * 24, description="Fewest seconds.")
+    high: float = Field(ge=0, le=MAX_STEP_S * 24, description="Most seconds (>= low).")
+
+
+class ExponentialS(_Strict):
+    dist: Literal["exponential"] = Field(description="Exponential seconds (memoryless, like Poisson gaps).")
+    mean: float = Field(gt=0, le=MAX_STEP_S * 24, description="Mean seconds.")
+
+
+class LogNormalS(_Strict):
+    dist: Literal["lognormal"] = Field(description="Lognormal seconds: mostly short, a long tail.")
+    mean: float = Field(gt=0, le=MAX_STEP_S * 24, description="The distribution's mean in seconds, not mu.")
+    sigma: float = Field(1.0, gt=0, le=4, description="Sigma of the underlying normal. Default 1.")
+
+
+Duration = Union[ConstantS, UniformS, ExponentialS, LogNormalS]
+
+
+class Sessions(_Strict):
+    count: int = Field(ge=1, le=MAX_COUNT, description="Conversations; they start at requests.arrival's times.")
+    turns: Length = Field(discriminator="dist", description="Turns (requests) per conversation, a distribution.")
+    think_time_s: Duration = Field(discriminator="dist", description=(
+        "Seconds from one turn's arrival to the next turn's arrival (the user reads the answer and types): "
+        "arrivals are fixed before the run, as vLLM's own benchmark harness fixes them; a note counts turns "
+        "that arrived before the previous answer was finished."))
+    system_prompt_tokens: int = Field(0, ge=0, le=MAX_TOKENS, description="Tokens every conversation starts "
+                                      "with (one system prompt shared by all). Default 0.")
+    message_tokens: Length = Field(discriminator="dist", description="The user's new message per turn, tokens.")
+    output_tokens: Length = Field(discriminator="dist", description="The answer per turn, tokens. Turn k's prompt "
+                                  "is turn k-1's prompt + its answer + the new message.")
+
+
+class Documents(_Strict):
+    count: int = Field(ge=1, le=MAX_ZIPF_RANGE, description="Shared documents (RAG passages, code files).")
+    tokens: Length = Field(discriminator="dist", description="Tokens per document, a distribution.")
+    popularity: float = Field(1.0, ge=0, le=20, description="Zipf exponent of which document a request reads: 0 "
+                              "uniform, 1 the classic web popularity, larger concentrates on the first few. Default 1.")
+    question_tokens: Length = Field(discriminator="dist", description="Tokens after the document (the request's "
+                                    "own question); the prompt is document + question.")
+
+
+class Offload(_Strict):
+    cpu_memory: str | int = Field(description="CPU memory for KV blocks (vLLM's cpu_bytes_to_use), e.g. 64GiB.")
+    bandwidth: str | int = Field(description="Host link bandwidth each way per second, e.g. 25GB/s (PCIe 4 x16 "
+                                 "measures about 25 GB/s), 50GB/s (PCIe 5), 450GB/s (NVLink-C2C).")
+    blocks_per_chunk: int = Field(1, ge=1, le=4096, description="GPU blocks per offloaded chunk (vLLM's "
+                                  "blocks_per_chunk). Default 1.")
+
+    @field_validator("cpu_memory", "bandwidth")
+    @classmethod
+    def _size(cls, value: str | int, info) -> str | int:
+        text = value.removesuffix("/s").strip() if isinstance(value, str) else value
+        try:
+            size = parse_size(text, what=info.field_name)
+        except (InputError, OverflowError, ValueError) as exc:
+            raise ValueError(str(exc) if isinstance(exc, InputError) else f"too large (got {str(value)[:20]})") from None
+        if info.field_name == "bandwidth" and size < 1:
+            raise ValueError("must be above 0")
+        return value
+
+    def bytes(self) -> tuple[int, int]:
+        """(CPU bytes, bandwidth in bytes per second)."""
+        bw = self.bandwidth.removesuffix("/s").strip() if isinstance(self.bandwidth, str) else self.bandwidth
+        return parse_size(self.cpu_memory, what="offload.cpu_memory"), parse_size(bw, what="offload.bandwidth")
+
+
 class Requests(_Strict):
     trace: str | None = Field(None, description="CSV or JSONL trace, relative to the workload file: arrival time "
                               "(seconds or ISO time), prompt tokens, output tokens per row (the Azure LLM trace's "
@@ -150,6 +225,14 @@ class Requests(_Strict):
                                          "distribution (tokens, including any shared prefix).")
     output_tokens: Length | None = Field(None, discriminator="dist", description="Synthetic: output length "
                                          "distribution (tokens per sequence; clipped to max_model_len).")
+    trace_format: Literal["auto", "requests", "conversation", "mooncake"] = Field("auto", description=(
+        "requests (arrival, prompt, output per row), conversation (JSONL: session_id, turn, timestamp in "
+        "seconds, input_tokens = the whole prompt, output_tokens) or mooncake (JSONL: timestamp in ms, "
+        "input_length, output_length, hash_ids of 512-token blocks); auto: from the first row's keys."))
+    sessions: Sessions | None = Field(None, description="Multi-turn conversations (vllm-v1 simulator); the "
+                                      "conversations start at requests.arrival's times.")
+    documents: Documents | None = Field(None, description="Shared documents: each of requests.count requests "
+                                        "reads one (vllm-v1 simulator); needs count, arrival, output_tokens.")
 
     @field_validator("count")
     @classmethod
@@ -181,6 +264,15 @@ class Scheduler(_Strict):
                                       "output; default: the model's positions.")
     preemption: Literal["recompute", "swap"] = Field("recompute", description="When a paged pool runs out: drop "
                                                      "and prefill again (recompute) or swap to CPU. Default recompute.")
+    model: Literal["auto", "event", "vllm-v1"] = Field("auto", description=(
+        "Which simulator: event (kvplan's event-driven engine: every allocator, whole prompts in one step, one "
+        "shared prefix), vllm-v1 (vLLM v1's scheduler step by step: chunked prefill, per-group pools for "
+        "sliding/chunked/linear layers, prefix caching of any shared blocks, CPU offload; paged only). auto "
+        "(default): vllm-v1 when the workload needs it (sessions, documents, a conversation or Mooncake trace, "
+        "offload, a sliding/chunked/linear model, or a prompt longer than max_num_batched_tokens), else event."))
+    long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS, description=(
+        "vllm-v1: most prompt tokens one request prefills per step when several are waiting or running "
+        "(0: no cap, vLLM's default)."))
 
 
 class StepTime(_Strict):
@@ -204,6 +296,8 @@ class WorkloadFile(_Strict):
     placement: Literal["buddy", "first-fit"] = Field("buddy", description="How contiguous reservations are placed "
                                                                           "in the pool. Default buddy.")
     step_time: StepTime = Field(StepTime(), description="How long one scheduler step takes.")
+    offload: Offload | None = Field(None, description="A CPU tier for KV blocks (vLLM's native CPU offloading; "
+                                    "vllm-v1 simulator): its size and the host link's bandwidth.")
 
     @field_validator("allocators")
     @classmethod
@@ -225,6 +319,7 @@ class Workload:
     bytes_per_token: int  # KV bytes of one token slot on one GPU (0 when the pool was given in tokens)
     pool_bytes: int
     notes: tuple[str, ...]
+    num_blocks: int = 0  # the engine's pool blocks when `kvplan fit` sized the pool (0: given directly)
 
 
 def workload_schema() -> dict:
@@ -384,6 +479,8 @@ def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
     """The requests; ``notes`` gets a line when prompts shorter than the shared prefix were raised to it."""
     base = origin.parent
     r, sh = wf.requests, wf.sharing
+    if r_v1_only(wf):  # an "auto" trace format is resolved before (workload_v1.resolve_trace_format)
+        return []  # sessions, documents and conversation traces: kvplan/io/workload_v1.py builds them
     n = max(sh.parallel_sampling, sh.beam_width)
     prefix = sh.shared_prefix_tokens
     if r.trace:
@@ -446,16 +543,22 @@ def pool_override(wf: WorkloadFile) -> tuple[int | None, int | None]:
     return size, s.kv_pool_tokens
 
 
-def resolve_workload(path: Path, *, engine: str | None = None) -> Workload:
+def r_v1_only(wf: WorkloadFile) -> bool:
+    """Requests only the vllm-v1 simulator builds (sessions, documents, a conversation or Mooncake trace)."""
+    r = wf.requests
+    return r.sessions is not None or r.documents is not None or r.trace_format in ("conversation", "mooncake")
+
+
+def resolve_workload(path: Path, *, engine: str | None = None, wf: WorkloadFile | None = None) -> Workload:
     """Read a workload file and turn it into requests, a simulator config and allocators; ``engine``
-    (NAME or NAME==VERSION) overrides the file's serving.engine."""
+    (NAME or NAME==VERSION) overrides the file's serving.engine; ``wf``: the file already read."""
     from kvplan.core.capacity.common import FitRequest, model_weights
     from kvplan.core.capacity.fit import fit
     from kvplan.core.sizing import slot_bytes_per_gpu
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import load_model
 
-    wf = load_workload_file(path)
+    wf = load_workload_file(path) if wf is None else wf
     if engine is not None:
         from kvplan.core.profiles import parse_engine
 
@@ -556,4 +659,5 @@ def resolve_workload(path: Path, *, engine: str | None = None) -> Workload:
         raise ConfigError(f"{path}: {n_max} sequences per request exceed scheduler.max_num_seqs {wf.scheduler.max_num_seqs}")
     allocators = [allocator_spec(a, placement=wf.placement) for a in wf.allocators]
     return Workload(name=wf.name or path.stem, requests=requests, config=config, allocators=allocators,
-                    bytes_per_token=bpt, pool_bytes=pool_bytes or 0, notes=tuple(notes))
+                    bytes_per_token=bpt, pool_bytes=pool_bytes or 0, notes=tuple(notes),
+                    num_blocks=fit_result.num_blocks if fit_result is not None else 0)

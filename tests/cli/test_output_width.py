@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import kvplan.cli.simulate_v1  # noqa: F401  (imported by simulate on demand: its console is narrowed too)
 from kvplan.cli import app
 
 runner = CliRunner()
@@ -45,6 +46,7 @@ COMMANDS = [
     ["check", "example"],
     ["simulate", "vllm-paper-sharegpt"],
     ["simulate", "llama3.1-8b-long-chat", "--engine", "vllm==0.11.0"],
+    ["simulate", "llama3.1-8b-multiturn-offload"],
     ["explain", f"{LOGS}/v1_0_9_mistral_small31_24b_tp2.log", "--model", "mistral-7b", "--gpu", "L40S"],
     ["explain", f"{LOGS}/v0_7_1_qwen25_32b_l40s_tp2.log", "--model", "qwen2.5-72b"],
 ]
@@ -81,3 +83,12 @@ def test_fit_figures_appear_whole():
         assert alt["change"] in out  # a flag to paste stays on one line
         if alt.get("max_model_len_fit") is not None:
             assert str(alt["max_model_len_fit"]) in out
+
+
+def test_v1_simulate_figures_appear_whole():
+    args = ["simulate", "llama3.1-8b-multiturn-offload"]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    out = _text(args)
+    for key in ("gpu_hit_tokens", "cpu_hit_tokens", "recomputed_tokens", "evictions"):
+        assert f"{data['prefix_cache'][key]:,}" in out, key
+    assert f"{data['steps']:,}" in out and f"{data['pool_blocks']} blocks" in out

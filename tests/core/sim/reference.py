@@ -9,8 +9,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kvplan.core.sim.model import (AllocatorSpec, SimConfig, SimRequest, SimResult, fits_budget, no_progress_reason,
-                                   prefill_cost, rejection)
+from kvplan.core.sim.model import (
+    AllocatorSpec,
+    SimConfig,
+    SimRequest,
+    SimResult,
+    fits_budget,
+    no_progress_reason,
+    prefill_cost,
+    rejection,
+)
 from kvplan.core.sim.placement import make_placement
 
 

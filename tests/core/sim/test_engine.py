@@ -90,8 +90,8 @@ def test_progress_guard_without_upfront_rejections(monkeypatch_module, w, name):
 
 @pytest.fixture(scope="module")
 def monkeypatch_module():
-    import kvplan.core.sim.engine as engine
-    import tests.core.sim.reference as reference
+    from kvplan.core.sim import engine
+    from tests.core.sim import reference
 
     mp = pytest.MonkeyPatch()
     mp.setattr(engine, "rejection", _only_pool_rule)

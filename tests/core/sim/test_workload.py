@@ -24,7 +24,7 @@ def test_lognormal_means_and_clipping():
 def test_poisson_rate_and_gamma_burstiness():
     poisson = make(LengthDist(dist="constant", value=10), LengthDist(dist="constant", value=10))
     assert poisson[-1].arrival_ps / 1e12 == pytest.approx(len(poisson) / 2.0, rel=0.05)
-    gaps = lambda rs: [b.arrival_ps - a.arrival_ps for a, b in zip(rs, rs[1:])]  # noqa: E731
+    gaps = lambda rs: [b.arrival_ps - a.arrival_ps for a, b in zip(rs, rs[1:])]
     bursty = make(LengthDist(dist="constant", value=10), LengthDist(dist="constant", value=10), process="gamma", cv=3.0)
     cv = statistics.pstdev(gaps(bursty)) / statistics.mean(gaps(bursty))
     assert cv == pytest.approx(3.0, rel=0.15)

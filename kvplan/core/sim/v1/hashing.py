@@ -1,0 +1,60 @@
+"""Block hashes of a request's tokens, from its segments.
+
+vLLM hashes each full block of ``hash_block_size`` tokens as a chain: hash(parent hash, the block's token
+ids) (vllm/v1/core/kv_cache_utils.py::hash_block_tokens, Request.update_block_hashes), so two requests
+share a block's hash exactly when their tokens are equal from the first token through that block.
+The request sets give tokens as segments whose i-th token is a function of (segment id, i) only, so a
+block's tokens are identified by the pieces of segments it covers: (segment id, offset) for a block
+inside one segment, (id, offset, length, ...) for a block across a boundary. The key of block j is
+the hash of (key of block j - 1, those pieces): per block, never per token. Python's hash of a tuple
+of ints is deterministic (PYTHONHASHSEED randomises only str/bytes); a 64-bit collision is as unlikely
+as one of vLLM's own hashes.
+"""
+
+from __future__ import annotations
+
+ROOT_KEY = 0x5EED  # the parent of the first block (vLLM: NONE_HASH)
+
+
+class BlockHasher:
+    """Keys of the full ``h``-token blocks of one request's known tokens, extended as tokens are added."""
+
+    __slots__ = ("h", "keys", "seg_i", "seg_off", "segs")
+
+    def __init__(self, segments: list[tuple[int, int]], h: int) -> None:
+        self.segs = [s for s in segments if s[1] > 0]  # prompt segments then the output segment
+        self.h = h
+        self.keys: list[int] = []
+        self.seg_i = 0  # where the next block starts
+        self.seg_off = 0
+
+    def extend(self, num_tokens: int) -> None:
+        """Key every full block of the first ``num_tokens`` tokens."""
+        h, keys, segs = self.h, self.keys, self.segs
+        need = num_tokens // h
+        if len(keys) >= need:
+            return
+        prev = keys[-1] if keys else ROOT_KEY
+        i, off = self.seg_i, self.seg_off
+        while len(keys) < need:
+            seg, n = segs[i]
+            if n - off >= h:  # inside one segment
+                prev = hash((prev, seg, off))
+                off += h
+                if off == n:
+                    i, off = i + 1, 0
+            else:
+                pieces = [prev]
+                left = h
+                while left:
+                    seg, n = segs[i]
+                    take = min(left, n - off)
+                    if take:
+                        pieces += (seg, off, take)
+                    left -= take
+                    off += take
+                    if off == n:
+                        i, off = i + 1, 0
+                prev = hash(tuple(pieces))
+            keys.append(prev)
+        self.seg_i, self.seg_off = i, off

@@ -1,0 +1,376 @@
+"""vLLM v1's KV cache manager over one block pool shared by KV cache groups (0.33.0).
+
+Sources, vllm/v1/core/:
+- kv_cache_manager.py::KVCacheManager.allocate_slots: the full-prompt admission gate (scheduler_reserve_full_isl,
+  recycling kinds capped at max_admission_blocks_per_request), then remove_skipped_blocks, the block count,
+  the watermark (waiting requests only, when something runs), adopting prefix-hit blocks, new blocks,
+  caching the full blocks up to min(computed + new, num_tokens); ``get_computed_blocks``: hits stop at
+  num_tokens - 1 (the last token is always recomputed).
+- kv_cache_coordinator.py: Unitary / Hybrid ``find_longest_cache_hit`` (full attention first, groups of one
+  spec looked up together, the fixed point over kinds), ``free`` group by group.
+- single_type_kv_cache_manager.py: ``get_num_blocks_to_allocate`` (a running request needs cdiv(n, B) - held;
+  a new one needs the blocks past max(skipped, hit) plus the evictable hit blocks), ``remove_skipped_blocks``
+  (freed back to front until a null block), ``get_num_skipped_tokens`` per kind (sliding: n - W + 1,
+  chunked local: n // C * C), ``find_longest_cache_hit`` per kind (full: left to right; sliding: right to
+  left for cdiv(W - 1, B) contiguous blocks; chunked: nulls before the current chunk), ``free`` (tail first).
+  Mamba with mamba_cache_mode "none" holds 1 + speculative blocks a request (block_size = max_model_len).
+Sync scheduling: no tokens are in flight when a step is scheduled, so blocks are freed on the computed count.
+Not modelled: Mamba "align" mode (prefix caching on hybrid linear models), partial-block hits
+(hash_block_size < block_size), EAGLE/MTP drops, cross-attention, encoder inputs.
+"""
+
+from __future__ import annotations
+
+from kvplan.core.sim.v1.hashing import BlockHasher
+from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
+from kvplan.core.sim.v1.pool import BlockPool
+from kvplan.errors import InputError
+
+
+class ReqState:
+    """A request inside the simulator: token counts, block tables per group, statistics."""
+
+    __slots__ = (
+        "arrival_ps",
+        "arrival_step",
+        "blocks",
+        "cached_tokens",
+        "cap_tokens",
+        "cpu_tokens",
+        "finish_ps",
+        "finish_step",
+        "first_scheduled_ps",
+        "first_scheduled_step",
+        "first_token_ps",
+        "first_token_step",
+        "generated",
+        "hasher",
+        "index",
+        "max_tokens",
+        "ncached",
+        "next_free_at",
+        "next_store_chunk",
+        "num_computed",
+        "num_preemptions",
+        "num_tokens",
+        "prompt_len",
+        "req",
+        "tracked",
+    )
+
+    def __init__(self, index: int, req, num_groups: int) -> None:
+        self.index = index
+        self.req = req
+        self.prompt_len = req.prompt_len
+        self.num_tokens = self.prompt_len
+        self.max_tokens = req.output[1]
+        self.generated = 0
+        self.num_computed = 0
+        self.blocks: list[list[int]] = [[] for _ in range(num_groups)]
+        self.ncached = [0] * num_groups
+        self.tracked = False  # vLLM: request id in num_cached_block (admitted, blocks held)
+        self.hasher: BlockHasher | None = None
+        self.num_preemptions = 0
+        self.arrival_step = -1
+        self.arrival_ps = 0
+        self.first_scheduled_step = -1
+        self.first_token_step = -1
+        self.finish_step = -1
+        self.cached_tokens = 0
+        self.cpu_tokens = 0
+        self.first_scheduled_ps = 0
+        self.first_token_ps = 0
+        self.finish_ps = 0
+        self.next_store_chunk = 0
+        # Fast path of a running request's allocation: the tokens its blocks hold in every group, and the
+        # computed count at which a sliding/chunked group next frees a block (both kept by KVCacheManager).
+        self.cap_tokens = 0
+        self.next_free_at = 0
+
+
+class SpecGroup:
+    """Groups of one spec, looked up together (HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
+
+    __slots__ = ("block_size", "ids", "kind", "window")
+
+    def __init__(self, kind: int, block_size: int, window: int, ids: list[int]) -> None:
+        self.kind, self.block_size, self.window, self.ids = kind, block_size, window, ids
+
+
+class KVCacheManager:
+    def __init__(self, layout: CacheLayout, sched: SchedulerConfig) -> None:
+        self.groups = layout.groups
+        self.kinds = [g.kind for g in layout.groups]
+        self.sizes = [g.block_size for g in layout.groups]
+        self.windows = [g.window for g in layout.groups]
+        self.state_blocks = [g.state_blocks for g in layout.groups]
+        self.caching = sched.enable_prefix_caching
+        self.pool = BlockPool(layout.num_blocks, self.caching, len(layout.groups))
+        self.mml = sched.max_model_len
+        # sync scheduling: one batch in flight (vllm/config/vllm.py: max_in_flight_tokens)
+        self.caps = [g.admission_cap_blocks(sched.max_num_batched_tokens, self.mml) for g in layout.groups]
+        self.watermark_blocks = int(sched.watermark * layout.num_blocks)
+        self.reserve_full_isl = sched.reserve_full_isl
+        self.recycling = [gi for gi, k in enumerate(self.kinds) if k in (SLIDING, CHUNKED)]
+        self.hash_block = 0
+        self.spec_groups: list[SpecGroup] = []
+        if self.caching:
+            if MAMBA in self.kinds:
+                raise InputError("prefix caching on a model with Mamba/linear-attention layers (vLLM's "
+                                 "mamba_cache_mode align) is not modelled; disable enable_prefix_caching")
+            if len(set(self.sizes)) != 1:
+                raise InputError(f"prefix caching with groups of different block sizes {sorted(set(self.sizes))} "
+                                 "(partial-block hashes) is not modelled")
+            self.hash_block = self.sizes[0]
+            by_spec: dict[tuple[int, int, int], list[int]] = {}
+            for gi, g in enumerate(layout.groups):
+                by_spec.setdefault((g.kind, g.block_size, g.window), []).append(gi)
+            specs = [SpecGroup(k, b, w, ids) for (k, b, w), ids in by_spec.items()]
+            specs.sort(key=lambda s: s.kind != FULL)  # full attention first (stable)
+            self.spec_groups = specs
+
+    # -- per-kind rules ---------------------------------------------------------------------------
+    def skipped_tokens(self, gi: int, n: int) -> int:
+        """SingleTypeKVCacheManager.get_num_skipped_tokens of group gi's kind."""
+        k = self.kinds[gi]
+        if k == SLIDING:
+            return max(0, n - self.windows[gi] + 1)
+        if k == CHUNKED:
+            return n // self.windows[gi] * self.windows[gi]
+        return 0  # full attention; Mamba frees (n - 1) // max_model_len = 0 blocks
+
+    def required(self, gi: int, n: int) -> int:
+        if self.kinds[gi] == MAMBA:
+            return self.state_blocks[gi]
+        return -(-n // self.sizes[gi])
+
+    # -- prefix hits ---------------------------------------------------------------------------------
+    def find_hit(self, r: ReqState) -> tuple[list[list[int]] | None, int]:
+        """The longest prefix-cache hit of a waiting request (KVCacheManager.get_computed_blocks)."""
+        if not self.caching:
+            return None, 0
+        max_len = r.num_tokens - 1
+        keys = r.hasher.keys
+        ng = len(self.groups)
+        hits: list[list[int] | None] = [None] * ng
+        lens = [0] * ng
+        if len(self.spec_groups) == 1:  # UnitaryKVCacheCoordinator, or groups of one spec
+            sg = self.spec_groups[0]
+            blocks, hit = self._find(sg, keys, max_len)
+            for gi, bl in zip(sg.ids, blocks):
+                hits[gi] = bl
+            return hits, hit  # type: ignore[return-value]
+        hit_len = max_len
+        simple = len(self.spec_groups) == 2 and self.spec_groups[0].kind == FULL
+        while True:
+            curr = hit_len
+            for sg in self.spec_groups:
+                first = sg.ids[0]
+                if sg.kind == FULL and hits[first] is not None:
+                    curr = min(curr, lens[first])
+                    continue
+                blocks, curr = self._find(sg, keys, curr)
+                for gi, bl in zip(sg.ids, blocks):
+                    hits[gi], lens[gi] = bl, curr
+            if curr >= hit_len:
+                break
+            hit_len = curr
+            if simple:
+                break
+        for sg in self.spec_groups:
+            if sg.kind == FULL:
+                keep = -(-hit_len // sg.block_size)
+                for gi in sg.ids:
+                    del hits[gi][keep:]  # type: ignore[index]
+        return [h if h is not None else [] for h in hits], hit_len
+
+    def _find(self, sg: SpecGroup, keys: list[int], max_len: int) -> tuple[list[list[int]], int]:
+        """find_longest_cache_hit of one spec's manager; blocks per group of the spec, hit tokens."""
+        lookup = self.pool.lookup
+        ids, b = sg.ids, sg.block_size
+        max_blocks = max_len // b
+        out: list[list[int]] = [[] for _ in ids]
+        if sg.kind == FULL and len(ids) == 1:  # the common case, without a list a block
+            cache, o = self.pool.caches[ids[0]], out[0]
+            for j in range(min(max_blocks, len(keys))):
+                held = cache.get(keys[j])
+                if held is None:
+                    break
+                o.append(held if held.__class__ is int else held[0])  # type: ignore[index]
+            return out, len(o) * b
+        if sg.kind == FULL:
+            for j in range(min(max_blocks, len(keys))):
+                k = keys[j]
+                got = [lookup(gi, k) for gi in ids]
+                if None in got:
+                    break
+                for o, blk in zip(out, got):
+                    o.append(blk)  # type: ignore[arg-type]
+            return out, len(out[0]) * b
+        if sg.kind == SLIDING:
+            need = -(-(sg.window - 1) // b)
+            out = [[0] * max_blocks for _ in ids]
+            run = 0
+            found = False
+            for i in range(max_blocks - 1, -1, -1):
+                k = keys[i]
+                got = [lookup(gi, k) for gi in ids]
+                if None in got:
+                    run = 0
+                    continue
+                for o, blk in zip(out, got):
+                    o[i] = blk  # type: ignore[call-overload]
+                run += 1
+                if run >= need:
+                    for o in out:
+                        del o[i + run:]
+                    found = True
+                    break
+            if not found:
+                for o in out:
+                    del o[run:]
+            return out, len(out[0]) * b
+        # chunked local attention: every block before the current chunk is computed (null)
+        start = (max_len // sg.window * sg.window) // b if max_len > 0 else 0
+        out = [[0] * start for _ in ids]
+        for j in range(start, min(max_blocks, len(keys))):
+            k = keys[j]
+            got = [lookup(gi, k) for gi in ids]
+            if None in got:
+                break
+            for o, blk in zip(out, got):
+                o.append(blk)  # type: ignore[arg-type]
+        return out, len(out[0]) * b
+
+    # -- allocation ------------------------------------------------------------------------------------
+    def _to_allocate(self, r: ReqState, n: int, hits: list[list[int]] | None, total: int, cap: bool) -> int:
+        """Blocks the pool must hand out (coordinator.get_num_blocks_to_allocate)."""
+        need = 0
+        ref = self.pool.ref
+        for gi in range(len(self.groups)):
+            req = self.required(gi, n)
+            if cap and self.caps[gi] is not None and req > self.caps[gi]:  # type: ignore[operator]
+                req = self.caps[gi]  # type: ignore[assignment]
+            held = len(r.blocks[gi])
+            if r.tracked:
+                need += max(req - held, 0)
+                continue
+            hit = hits[gi] if hits else ()
+            skipped = self.skipped_tokens(gi, total) // self.sizes[gi] if self.kinds[gi] != MAMBA else 0
+            need += max(req - max(skipped, len(hit) + held), 0)
+            for blk in hit[max(0, skipped - held):]:
+                if blk and ref[blk] == 0:
+                    need += 1
+        return need
+
+    def remove_skipped(self, r: ReqState, computed: int) -> None:
+        """Free the blocks attention no longer reads, back to front, as null blocks (remove_skipped_blocks);
+        note the computed count at which the next block falls behind a window."""
+        nxt = 1 << 62
+        for gi in self.recycling:
+            blocks = r.blocks[gi]
+            b, w = self.sizes[gi], self.windows[gi]
+            skipped = self.skipped_tokens(gi, computed) // b
+            # sliding: (c - w + 1) // b > skipped from c = (skipped + 1) * b + w - 1; chunked: c // w * w reaches
+            # (skipped + 1) * b at the next multiple of w
+            at = (skipped + 1) * b + w - 1 if self.kinds[gi] == SLIDING else -(-((skipped + 1) * b) // w) * w
+            nxt = min(nxt, at)
+            i = min(skipped, len(blocks)) - 1
+            if i < 0 or blocks[i] == 0:
+                continue
+            freed = []
+            while i >= 0 and blocks[i] != 0:
+                freed.append(blocks[i])
+                blocks[i] = 0
+                i -= 1
+            self.pool.free(freed)
+        r.next_free_at = nxt
+
+    def allocate_slots(self, r: ReqState, num_new: int, hits: list[list[int]] | None = None, hit_len: int = 0,
+                       ext: int = 0, admitting: bool = False, has_running: bool = True) -> bool:
+        """Give r slots for num_new more tokens; False when the pool cannot (nothing is changed then, except
+        blocks behind a window, which vLLM frees first either way)."""
+        pool = self.pool
+        total = min(r.num_computed + hit_len + ext, self.mml)
+        wm = self.watermark_blocks if admitting and has_running else 0
+        if admitting and self.reserve_full_isl:
+            full = min(r.num_tokens, self.mml)
+            if self._to_allocate(r, full, hits, total, True) + wm > len(pool.plain) + len(pool.cached_free):
+                return False
+        need_slot = min(total + num_new, self.mml)
+        if self.recycling:
+            self.remove_skipped(r, total)
+        else:
+            r.next_free_at = 1 << 62
+        if self._to_allocate(r, need_slot, hits, total, False) + wm > len(pool.plain) + len(pool.cached_free):
+            return False
+        if not r.tracked and (hit_len or ext or (hits and any(hits))):
+            self._adopt(r, hits, hit_len, ext)
+        cap = 1 << 62
+        for gi in range(len(self.groups)):
+            blocks = r.blocks[gi]
+            new = self.required(gi, need_slot) - len(blocks)
+            if new > 0:
+                blocks += pool.get_new(new)
+            if self.kinds[gi] != MAMBA and len(blocks) * self.sizes[gi] < cap:
+                cap = len(blocks) * self.sizes[gi]
+        r.cap_tokens = cap
+        r.tracked = True
+        if self.caching:
+            self.cache_blocks(r, min(total + num_new, r.num_tokens))
+        return True
+
+    def _adopt(self, r: ReqState, hits: list[list[int]] | None, hit_len: int, ext: int) -> None:
+        """add_local_computed_blocks (touch the hit, nulls for skipped blocks), then blocks for the tokens a
+        connector loads (allocate_external_computed_blocks)."""
+        total = hit_len + ext
+        for gi in range(len(self.groups)):
+            skipped = self.skipped_tokens(gi, total) // self.sizes[gi] if self.kinds[gi] != MAMBA else 0
+            hit = hits[gi][skipped:] if hits else []
+            self.pool.touch(hit)
+            r.blocks[gi] = [0] * skipped + hit
+            r.ncached[gi] = len(r.blocks[gi])
+        if ext:
+            for gi in range(len(self.groups)):
+                if self.kinds[gi] == MAMBA:
+                    continue
+                skipped = self.skipped_tokens(gi, total)
+                if skipped and min(total - skipped, ext) <= 0:
+                    continue
+                new = max(0, -(-total // self.sizes[gi]) - len(r.blocks[gi]))
+                if new:
+                    r.blocks[gi] += self.pool.get_new(new)
+
+    def cache_blocks(self, r: ReqState, n: int) -> None:
+        """File r's full blocks up to n tokens under their hashes (SingleTypeKVCacheManager.cache_blocks)."""
+        keys = r.hasher.keys
+        for gi in range(len(self.groups)):
+            b = self.sizes[gi]
+            full = min(n, len(keys) * self.hash_block) // b
+            start = r.ncached[gi]
+            if full <= start:
+                continue
+            blocks = r.blocks[gi]
+            insert = self.pool.insert
+            for j in range(start, full):
+                blk = blocks[j]
+                if blk:
+                    insert(gi, keys[j], blk)
+            r.ncached[gi] = full
+
+    def free(self, r: ReqState) -> None:
+        """Release r's blocks group by group, tail first (KVCacheManager.free)."""
+        for gi in range(len(self.groups)):
+            blocks = r.blocks[gi]
+            if blocks:
+                blocks.reverse()
+                self.pool.free(blocks)
+            r.blocks[gi] = []
+            r.ncached[gi] = 0
+        r.tracked = False
+        r.cap_tokens = r.next_free_at = 0
+
+    def blocks_for_prompt(self, r: ReqState) -> int:
+        """Blocks the admission gate asks of an empty pool for r (for error messages)."""
+        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), self.caps[gi] or 1 << 62)
+                   for gi in range(len(self.groups)))

@@ -1,0 +1,119 @@
+"""vLLM v1's block pool: free queue order, the null block, prefix-cache map and eviction.
+
+vllm/v1/core/block_pool.py (0.33.0), class BlockPool, and kv_cache_utils.py::FreeKVCacheBlockQueue:
+- block 0 is popped from the free queue at start-up and becomes the null block: never handed out,
+  its ref count not kept (BlockPool.__init__);
+- the queue starts in block-id order; ``free_blocks`` prepends blocks without a hash (reused first,
+  LIFO) and appends hashed blocks (evicted last, in the order freed: LRU); ``get_new_blocks`` pops
+  from the front and drops the hash of a cached block it pops (``_maybe_evict_cached_block``);
+  ``touch`` takes a ref-0 cached block out of the queue (a prefix hit).
+So every unhashed free block sits ahead of every hashed one: the queue is modelled as a deque of
+unhashed blocks followed by an insertion-ordered dict of hashed ones, which gives the same blocks in
+the same order with O(1) operations.
+- the cache map keeps every block cached under a hash; ``get_one_block`` returns the first inserted
+  (BlockHashToBlockMap: a hash may map to several blocks, duplicates are not merged).
+- usage = 1 - free / (num_blocks - 1) (``get_usage``; free counts evictable cached blocks).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+
+class BlockPool:
+    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "num_blocks", "plain", "ref")
+
+    def __init__(self, num_blocks: int, caching: bool, num_groups: int = 1) -> None:
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.key: list[int | None] = [None] * num_blocks  # the prefix key a cached block is filed under
+        self.group = [0] * num_blocks  # ... in this group's map
+        self.plain: deque[int] = deque(range(1, num_blocks))  # free, unhashed, front first
+        self.cached_free: OrderedDict[int, None] = OrderedDict()  # free, hashed, LRU first
+        # per group: key -> block (or blocks, first inserted first)
+        self.caches: list[dict[int, int | list[int]]] = [{} for _ in range(num_groups)]
+        self.evicted = 0  # cached blocks whose hash was dropped to reuse them
+        self.caching = caching
+
+    @property
+    def num_free(self) -> int:
+        return len(self.plain) + len(self.cached_free)
+
+    def usage(self) -> float:
+        total = self.num_blocks - 1
+        return 1.0 - self.num_free / total if total else 0.0
+
+    def get_new(self, n: int) -> list[int]:
+        """n blocks from the front of the free queue, each with ref 1 (caller checked num_free)."""
+        plain, ref = self.plain, self.ref
+        out = []
+        take = min(n, len(plain))
+        for _ in range(take):
+            b = plain.popleft()
+            ref[b] = 1
+            out.append(b)
+        for _ in range(n - take):
+            b, _ = self.cached_free.popitem(last=False)
+            self._drop_hash(b)
+            self.evicted += 1
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def _drop_hash(self, b: int) -> None:
+        k = self.key[b]
+        self.key[b] = None
+        cache = self.caches[self.group[b]]
+        held = cache.get(k)  # type: ignore[arg-type]
+        if held == b:
+            del cache[k]  # type: ignore[arg-type]
+        elif isinstance(held, list):
+            held.remove(b)
+            if len(held) == 1:
+                cache[k] = held[0]  # type: ignore[index]
+
+    def touch(self, blocks: list[int]) -> None:
+        ref = self.ref
+        for b in blocks:
+            if b == 0:
+                continue
+            if ref[b] == 0:
+                del self.cached_free[b]
+            ref[b] += 1
+
+    def free(self, ordered: list[int]) -> None:
+        """Release one reference of each block, in eviction priority order (first evicted first)."""
+        ref, key = self.ref, self.key
+        first = []
+        for b in ordered:
+            if b == 0:
+                continue
+            ref[b] -= 1
+            if ref[b] == 0:
+                if key[b] is None or not self.caching:
+                    first.append(b)
+                else:
+                    self.cached_free[b] = None
+        if first:
+            self.plain.extendleft(reversed(first))
+
+    def lookup(self, g: int, k: int) -> int | None:
+        held = self.caches[g].get(k)
+        if held is None or held.__class__ is int:
+            return held  # type: ignore[return-value]
+        return held[0]  # type: ignore[index]
+
+    def insert(self, g: int, k: int, b: int) -> None:
+        """File a full block of group g under its key (BlockPool._insert_block_hash)."""
+        if self.key[b] == k and self.group[b] == g:
+            return
+        self.key[b] = k
+        self.group[b] = g
+        cache = self.caches[g]
+        held = cache.get(k)
+        if held is None:
+            cache[k] = b
+        elif held.__class__ is int:
+            cache[k] = [held, b]  # type: ignore[list-item]
+        else:
+            held.append(b)  # type: ignore[union-attr]

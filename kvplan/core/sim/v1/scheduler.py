@@ -1,0 +1,318 @@
+"""vLLM v1's scheduler, one schedule() / model step / update_from_output() per loop (0.33.0, sync scheduling).
+
+vllm/v1/core/sched/scheduler.py::Scheduler (FCFS policy):
+- schedule(): a token budget of max_num_batched_tokens; first the running requests in order, each asking
+  num_tokens - num_computed_tokens (a decode asks 1, a prefill its remainder), capped by
+  long_prefill_token_threshold (only when more than one request is running or waiting), by the budget
+  left and by max_model_len - num_computed - 1; when the KV cache manager cannot allocate, the last
+  running request is preempted (``self.running.pop()``, _preempt_request: blocks freed, computed tokens
+  reset, to the front of the waiting queue), until it can or the request preempted itself;
+- then, only when nothing was preempted this step, waiting requests in order while the budget lasts and
+  fewer than max_num_seqs run: the prefix-cache hit (and a connector's hit), the chunk (the rest of its
+  tokens, capped by the threshold and the budget: chunked prefill), allocate_slots with the full-prompt
+  gate; the first that cannot be allocated stops admission;
+- _update_after_schedule: num_computed += scheduled tokens.
+update_from_output(): a request whose computed tokens reach its known tokens samples one token (the
+reference harness's fake runner); it stops at max_tokens or max_model_len (sched/utils.py::check_stop)
+and its blocks are freed at once, in scheduling order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from kvplan.core.sim.v1.hashing import BlockHasher
+from kvplan.core.sim.v1.inputs import V1Inputs
+from kvplan.core.sim.v1.manager import KVCacheManager, ReqState
+from kvplan.core.sim.v1.offload import CPUTier
+from kvplan.core.sim.v1.result import RequestRecord, TierStats, V1Result, percentiles
+from kvplan.errors import InputError
+
+MAX_IDLE_STEPS = 1 << 40
+
+
+def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True) -> V1Result:
+    """Run every request to completion; ``check_invariants`` verifies the pool's books every step;
+    ``fast_path=False`` calls allocate_slots for every scheduled request (the tests check both agree)."""
+    sim = _Sim(inputs, check_invariants)
+    sim.fast = fast_path
+    return sim.run()
+
+
+class _Sim:
+    def __init__(self, inputs: V1Inputs, check: bool) -> None:
+        self.inputs = inputs
+        cfg = inputs.scheduler
+        self.cfg = cfg
+        self.mgr = KVCacheManager(inputs.layout, cfg)
+        self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
+        self.check = check
+        ng = len(inputs.layout.groups)
+        timed = [r.arrival_ps is not None for r in inputs.requests]
+        if any(timed) and not all(timed):
+            raise InputError("give every request an arrival time, or none (arrival steps)")
+        self.timed = bool(timed) and all(timed)
+        if self.timed and inputs.step_model is None:
+            raise InputError("requests that arrive in time need a step-time model")
+        hash_block = self.mgr.hash_block
+        states = []
+        for i, r in enumerate(inputs.requests):
+            if r.prompt_len < 1 or r.output[1] < 1:
+                raise InputError(f"request {r.id}: needs at least one prompt token and one output token")
+            if r.prompt_len >= cfg.max_model_len:
+                raise InputError(f"request {r.id}: prompt of {r.prompt_len} tokens reaches max_model_len "
+                                 f"{cfg.max_model_len}; vLLM rejects it")
+            st = ReqState(i, r, ng)
+            if hash_block:
+                st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
+                st.hasher.extend(st.num_tokens)
+            states.append(st)
+        key = (lambda s: (s.req.arrival_ps, s.index)) if self.timed else (lambda s: (s.req.arrival_step, s.index))
+        self.pending = sorted(states, key=key)
+        self.states = states
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self) -> V1Result:
+        cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
+        caching = cfg.enable_prefix_caching
+        hash_block = mgr.hash_block
+        fast = self.fast
+        budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
+        lpt0 = cfg.long_prefill_token_threshold
+        step_model = self.inputs.step_model
+        pending, timed = self.pending, self.timed
+        n_pending = len(pending)
+        nxt = 0
+        waiting: deque[ReqState] = deque()
+        running: list[ReqState] = []
+        s = 0  # schedule() calls so far
+        clock = 0  # picoseconds at the start of step s
+        busy_ps = 0
+        steps = run_sum = peak = preemptions = completed = generated = 0
+        usage_sum = 0.0
+        ps_running: list[int] = []
+        ps_usage: list[int] = []
+        ps_tokens: list[int] = []
+        gpu_hit = cpu_hit = recomputed = 0
+        while nxt < n_pending or waiting or running:
+            if not waiting and not running:  # idle: jump to the next arrival
+                if timed:
+                    clock = max(clock, pending[nxt].req.arrival_ps)
+                else:
+                    s = max(s, pending[nxt].req.arrival_step)
+            while nxt < n_pending and ((pending[nxt].req.arrival_ps <= clock) if timed
+                                       else (pending[nxt].req.arrival_step <= s)):
+                st = pending[nxt]
+                st.arrival_step = s
+                st.arrival_ps = st.req.arrival_ps if timed else clock
+                waiting.append(st)
+                nxt += 1
+
+            # ---- schedule() ----
+            # num_computed is advanced as soon as a request is scheduled (vLLM does it in
+            # _update_after_schedule, after the loops: nothing later in the step reads it, as a preemption
+            # victim under FCFS is never a request already scheduled in the step)
+            budget = budget0
+            lpt = lpt0 if len(running) + len(waiting) > 1 else 0
+            sched: list[ReqState] = []
+            kv_tokens = prefill = 0
+            preempted = False
+            i = 0
+            while i < len(running) and budget > 0:
+                r = running[i]
+                c = r.num_computed
+                num = left = r.num_tokens - c
+                if left != 1:  # a prefill chunk; a decode (1 token) always fits below max_model_len - 1
+                    if 0 < lpt < num:
+                        num = lpt
+                    num = min(num, budget, mml - c - 1)
+                    if num <= 0:
+                        i += 1
+                        continue
+                end = c + num
+                if fast and end <= r.cap_tokens and c < r.next_free_at:
+                    # the blocks held cover the step and nothing falls behind a window: allocate_slots would
+                    # only file newly full blocks in the prefix cache
+                    ok = True
+                    if caching and min(end, r.num_tokens) >= (r.ncached[0] + 1) * hash_block:
+                        mgr.cache_blocks(r, min(end, r.num_tokens))
+                else:
+                    ok = mgr.allocate_slots(r, num)
+                while not ok:
+                    victim = running.pop()
+                    mgr.free(victim)
+                    victim.num_computed = 0
+                    victim.num_preemptions += 1
+                    victim.next_store_chunk = 0
+                    waiting.appendleft(victim)
+                    preemptions += 1
+                    preempted = True
+                    if victim is r:
+                        break
+                    ok = mgr.allocate_slots(r, num)
+                if not ok:
+                    break
+                r.num_computed = end
+                sched.append(r)
+                kv_tokens += end
+                if left != 1:
+                    prefill += num
+                budget -= num
+                i += 1
+            if not preempted:
+                while budget > 0 and waiting and len(running) < max_seqs:
+                    r = waiting[0]
+                    hits, hit_len = mgr.find_hit(r) if caching else (None, 0)
+                    ext = chunks = 0
+                    if cpu is not None:
+                        ext, chunks = cpu.lookup(r.hasher.keys, hit_len, r.num_tokens)  # type: ignore[union-attr]
+                    computed = hit_len + ext
+                    num = r.num_tokens - computed
+                    if 0 < lpt < num:
+                        num = lpt
+                    num = min(num, budget)
+                    if not mgr.allocate_slots(r, num, hits, hit_len, ext, admitting=True, has_running=bool(running)):
+                        break
+                    waiting.popleft()
+                    running.append(r)
+                    r.num_computed = computed + num
+                    if chunks:
+                        cpu.load(chunks)  # type: ignore[union-attr]
+                    gpu_hit += hit_len
+                    cpu_hit += ext
+                    recomputed += r.num_tokens - computed
+                    if r.first_scheduled_step < 0:
+                        r.first_scheduled_step = s
+                        r.first_scheduled_ps = clock
+                        r.cached_tokens = hit_len
+                        r.cpu_tokens = ext
+                    sched.append(r)
+                    kv_tokens += computed + num
+                    prefill += num
+                    budget -= num
+
+            total = budget0 - budget
+            if total:
+                steps += 1
+                nr = len(running)
+                run_sum += nr
+                peak = max(peak, nr)
+                u = pool.usage()
+                usage_sum += u
+                ps_running.append(nr)
+                ps_usage.append(round(u * 1000))
+                ps_tokens.append(total)
+            if cpu is not None:
+                for r in sched:  # write-through of the prompt's computed chunks
+                    end = min(r.num_computed, r.prompt_len)
+                    r.next_store_chunk = cpu.store(r.hasher.keys, r.next_store_chunk, end)  # type: ignore[union-attr]
+            if self.check:
+                self._check(running, waiting)
+            duration = 0
+            if step_model is not None and total:
+                duration = step_model.duration(kv_tokens, prefill) + (cpu.take_load_ps() if cpu else 0)
+                busy_ps += duration
+            end_clock = clock + duration
+
+            # ---- update_from_output() ----
+            finished = None
+            for r in sched:
+                if r.num_computed < r.num_tokens:
+                    continue  # a prefill chunk: no token
+                r.num_tokens += 1
+                r.generated += 1
+                generated += 1
+                if r.first_token_step < 0:
+                    r.first_token_step = s
+                    r.first_token_ps = end_clock
+                if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hash_block:  # type: ignore[union-attr]
+                    r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
+                if r.num_tokens >= mml or r.generated >= r.max_tokens:
+                    r.finish_step = s
+                    r.finish_ps = end_clock
+                    mgr.free(r)
+                    completed += 1
+                    if finished is None:
+                        finished = set()
+                    finished.add(r.index)
+            if finished:
+                running = [r for r in running if r.index not in finished]
+            if not total and not running and waiting and not preempted:
+                head = waiting[0]
+                raise InputError(f"request {head.req.id} ({head.num_tokens} tokens) can never be admitted: it needs "
+                                 f"{mgr.blocks_for_prompt(head)} blocks and the pool has {pool.num_blocks - 1}; "
+                                 "give the pool more blocks or shorten the prompt")
+            s += 1
+            clock = end_clock
+            if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
+                raise InputError("the simulation did not end")
+        return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
+                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed)
+
+    def _check(self, running: list[ReqState], waiting: deque[ReqState]) -> None:
+        """Every block held is accounted for by reference counts; free blocks are held by nobody; the null
+        block is never held; no request is in two queues."""
+        pool = self.mgr.pool
+        counts = [0] * pool.num_blocks
+        for r in running:
+            for blocks in r.blocks:
+                for b in blocks:
+                    counts[b] += 1
+        for r in waiting:
+            assert not any(r.blocks), "a waiting request holds blocks"
+        assert counts[1:] == pool.ref[1:], "reference counts drifted"  # block 0: null entries in tables
+        free = set(pool.plain) | set(pool.cached_free)
+        assert 0 not in free, "the null block was freed"
+        assert len(free) == pool.num_free, "a block is in the free queue twice"
+        for b in free:
+            assert pool.ref[b] == 0, f"free block {b} is held"
+        held = sum(1 for b in range(1, pool.num_blocks) if pool.ref[b] > 0)
+        assert held + pool.num_free == pool.num_blocks - 1, "blocks lost"
+        assert len({r.index for r in running}) == len(running)
+        assert not ({r.index for r in running} & {r.index for r in waiting}), "a request is running and waiting"
+
+    def _result(self, steps, run_sum, peak, preemptions, usage_sum, completed, generated, calls, clock, busy_ps,
+                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed) -> V1Result:
+        states = self.states
+        timed = self.inputs.step_model is not None
+        records = []
+        q_steps, t_steps, e_steps, q_s, t_s, e_s = [], [], [], [], [], []
+        for r in states:
+            rec = RequestRecord(
+                id=r.req.id, arrival_step=r.arrival_step, first_scheduled_step=r.first_scheduled_step,
+                first_token_step=r.first_token_step, finish_step=r.finish_step, num_preemptions=r.num_preemptions,
+                num_cached_tokens=r.cached_tokens, num_cpu_tokens=r.cpu_tokens,
+                queue_s=(r.first_scheduled_ps - r.arrival_ps) / 1e12 if timed else None,
+                ttft_s=(r.first_token_ps - r.arrival_ps) / 1e12 if timed else None,
+                e2e_s=(r.finish_ps - r.arrival_ps) / 1e12 if timed else None)
+            records.append(rec)
+            q_steps.append(r.first_scheduled_step - r.arrival_step)
+            t_steps.append(r.first_token_step - r.arrival_step + 1)
+            e_steps.append(r.finish_step - r.arrival_step + 1)
+            if timed:
+                q_s.append(rec.queue_s)
+                t_s.append(rec.ttft_s)
+                e_s.append(rec.e2e_s)
+        prompt_tokens = sum(r.prompt_len for r in states)
+        cached = sum(r.cached_tokens for r in states)
+        cpu = self.cpu
+        bw = cpu.bandwidth if cpu else 1.0
+        tiers = TierStats(
+            gpu_hit_tokens=gpu_hit, cpu_hit_tokens=cpu_hit, recomputed_tokens=recomputed,
+            gpu_evicted_blocks=self.mgr.pool.evicted,
+            cpu_capacity_chunks=cpu.capacity if cpu else 0, cpu_stored_chunks=cpu.stored_chunks if cpu else 0,
+            cpu_loaded_chunks=cpu.loaded_chunks if cpu else 0, cpu_evicted_chunks=cpu.evicted_chunks if cpu else 0,
+            bytes_to_cpu=cpu.bytes_stored if cpu else 0, bytes_from_cpu=cpu.bytes_loaded if cpu else 0,
+            load_seconds=cpu.bytes_loaded / bw if cpu else 0.0, store_seconds=cpu.bytes_stored / bw if cpu else 0.0)
+        busy = busy_ps / 1e12 if timed else None
+        return V1Result(
+            steps=steps, mean_running=run_sum / steps if steps else 0.0, peak_running=peak, preemptions=preemptions,
+            mean_kv_usage=usage_sum / steps if steps else 0.0, prompt_tokens=prompt_tokens, cached_tokens=cached,
+            prefix_hit_rate=cached / prompt_tokens if prompt_tokens else 0.0, completed=completed,
+            generated_tokens=generated, schedule_calls=calls, per_request=tuple(records),
+            per_step_running=tuple(ps_running), per_step_kv_usage_permille=tuple(ps_usage),
+            per_step_scheduled_tokens=tuple(ps_tokens), tiers=tiers,
+            queue_steps=percentiles(q_steps), ttft_steps=percentiles(t_steps), e2e_steps=percentiles(e_steps),
+            queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
+            e2e_s=percentiles(e_s) if timed else None, seconds=clock / 1e12 if timed else None, busy_seconds=busy,
+            throughput_tokens_per_s=generated / busy if busy else None, notes=self.inputs.notes)

@@ -1,0 +1,177 @@
+"""`kvplan simulate` on the vllm-v1 simulator: sessions with and without prefix caching, a CPU tier,
+long prompts (chunked prefill), a sliding-window model; the bundled workloads. Asserts on --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+from kvplan.io.models import configs_dir
+
+runner = CliRunner()
+BLOCK = 16  # vLLM's block size for llama3.1-8b (full attention)
+
+
+def run(path: Path, *args: str, code: int = 0) -> dict:
+    r = runner.invoke(app, ["simulate", str(path), *args, "--json"])
+    assert r.exit_code == code, r.output
+    return json.loads(r.stdout) if code == 0 else {"output": r.output}
+
+
+def write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def sessions(pool_tokens: int, *, caching: bool = True, offload: str = "", turns: int = 3, count: int = 1,
+             think: float = 1000.0, message: int = 100, output: int = 50, system: int = 0) -> str:
+    return f"""
+serving: {{model: llama3.1-8b, kv_pool_tokens: {pool_tokens}}}
+requests:
+  seed: 4
+  arrival: {{process: poisson, rate: 2}}
+  sessions:
+    count: {count}
+    turns: {{dist: constant, value: {turns}}}
+    think_time_s: {{dist: constant, value: {think}}}
+    system_prompt_tokens: {system}
+    message_tokens: {{dist: constant, value: {message}}}
+    output_tokens: {{dist: constant, value: {output}}}
+sharing: {{prefix_caching: {str(caching).lower()}}}
+scheduler: {{max_model_len: 8192, max_num_seqs: 64, max_num_batched_tokens: 2048}}
+step_time: {{model: constant, seconds: 0.02}}
+""" + (f"offload: {offload}\n" if offload else "")
+
+
+def test_one_conversation_hits_the_full_blocks_of_its_history(tmp_path):
+    """Turn k's prompt = turn k-1's prompt + answer + 100 new tokens. vLLM caches the full blocks of the
+    tokens it computed: the prompt and all but the last answer token (that one was sampled, never fed
+    back). Turn 2: 100 + 50 - 1 = 149 computed, 9 blocks = 144 tokens hit; turn 3: 250 + 49 = 299, 18 blocks."""
+    out = run(write(tmp_path, sessions(100_000)))
+    pc = out["prefix_cache"]
+    assert out["scheduler_model"] == "vllm-v1" and out["allocators"]["paged-16"]["completed"] == 3
+    assert pc["prompt_tokens"] == 100 + 250 + 400
+    assert pc["gpu_hit_tokens"] == (149 // BLOCK + 299 // BLOCK) * BLOCK
+    assert pc["hit_rate"] == pytest.approx(pc["gpu_hit_tokens"] / 750)
+    assert pc["gpu_hit_tokens"] + pc["recomputed_tokens"] == 750 and pc["evictions"] == 0
+
+
+def test_prefix_caching_raises_the_hit_rate_on_the_same_sessions(tmp_path):
+    on = run(write(tmp_path, sessions(30_000, count=30, turns=4, think=5, system=300), "on.yaml"))
+    off = run(write(tmp_path, sessions(30_000, count=30, turns=4, think=5, system=300, caching=False), "off.yaml"))
+    assert on["requests"] == off["requests"] == 120
+    assert off["prefix_cache"]["hit_rate"] == 0 and off["prefix_cache"]["gpu_hit_tokens"] == 0
+    assert on["prefix_cache"]["hit_rate"] > 0.3  # history + system prompt are most of every later prompt
+    # the same prompts: fewer tokens computed with the cache
+    assert on["prefix_cache"]["recomputed_tokens"] < off["prefix_cache"]["recomputed_tokens"]
+    assert on["prefix_cache"]["prompt_tokens"] == off["prefix_cache"]["prompt_tokens"]
+
+
+def test_offload_gives_cpu_hits_when_the_gpu_evicts(tmp_path):
+    # 40 conversations, 30 s apart per turn, in a pool of 20,000 tokens: the GPU cache evicts histories
+    # before their next turn; a 4 GiB CPU tier keeps them
+    base = dict(count=40, turns=4, think=30.0, message=200, output=100, system=300)
+    gpu = run(write(tmp_path, sessions(20_000, **base), "gpu.yaml"))
+    cpu = run(write(tmp_path, sessions(20_000, offload="{cpu_memory: 4GiB, bandwidth: 25GB/s}", **base), "cpu.yaml"))
+    assert gpu["prefix_cache"]["evictions"] > 0 and "offload" not in gpu
+    t, o = cpu["prefix_cache"], cpu["offload"]
+    assert t["cpu_hit_tokens"] > 0 and t["hit_rate"] > gpu["prefix_cache"]["hit_rate"]
+    assert t["recomputed_tokens"] < gpu["prefix_cache"]["recomputed_tokens"]
+    assert o["bytes_from_cpu"] > 0 and o["bytes_to_cpu"] >= o["bytes_from_cpu"]
+    assert o["load_seconds"] == pytest.approx(o["bytes_from_cpu"] / 25e9)  # bytes over the link's 25 GB/s
+    assert o["cpu_bytes"] == 4 << 30
+
+
+LONG = """
+serving: {model: llama3.1-8b, kv_pool_tokens: 100000}
+requests:
+  count: 1
+  arrival: {process: all_at_once}
+  prompt_tokens: {dist: constant, value: 3000}
+  output_tokens: {dist: constant, value: 10}
+scheduler: {max_model_len: 8192, max_num_batched_tokens: 2048}
+step_time: {model: constant, seconds: 0.01}
+"""
+
+
+def test_a_long_prompt_is_chunked_not_rejected(tmp_path):
+    path = write(tmp_path, LONG)
+    out = run(path)
+    m = out["allocators"]["paged-16"]
+    assert out["scheduler_model"] == "vllm-v1" and "longer than max_num_batched_tokens" in out["scheduler_model_reason"]
+    assert m["completed"] == 1 and m["rejected"] == 0
+    # 3,000 prompt tokens in chunks of 2,048: 2 prefill steps (the second samples the first token), 9 decodes
+    assert out["steps"] == 2 + 9
+    assert out["latency_steps"]["ttft"]["p50"] == 2
+    event = run(path, "--scheduler-model", "event")
+    assert event["scheduler_model"] == "event"
+    assert event["allocators"]["paged-16"]["rejected_reasons"] == {"prompt_exceeds_max_num_batched_tokens": 1}
+
+
+def test_a_sliding_window_model_runs_through_v1(tmp_path):
+    out = run(write(tmp_path, """
+serving: {model: gemma2-9b, kv_pool_tokens: 60000}
+requests:
+  count: 20
+  seed: 1
+  arrival: {process: poisson, rate: 4}
+  prompt_tokens: {dist: uniform, low: 500, high: 6000}
+  output_tokens: {dist: uniform, low: 10, high: 200}
+scheduler: {max_model_len: 8192, max_num_batched_tokens: 4096}
+step_time: {model: constant, seconds: 0.02}
+"""))
+    assert out["scheduler_model"] == "vllm-v1" and "sliding" in out["scheduler_model_reason"]
+    assert out["kv_cache_groups"] >= 2  # a full and a sliding-window group share the pool
+    assert out["allocators"]["paged-16"]["completed"] == 20 == out["requests"]
+    assert 0 < out["mean_kv_usage"] <= out["peak_kv_usage"] <= 1
+
+
+def test_plain_traffic_stays_on_the_event_engine(tmp_path):
+    out = run(write(tmp_path, LONG.replace("3000", "1000")))
+    assert out["scheduler_model"] == "event"
+    assert any(n.startswith("simulator: event (auto") for n in out["notes"])
+
+
+@pytest.mark.parametrize("args, text, match", [
+    (["--scheduler-model", "fast"], LONG, "auto, event or vllm-v1"),
+    (["--plot", "x.png"], LONG, "no plot"),
+    ([], LONG.replace("all_at_once}", "all_at_once}\n  sessions: {count: 1}"), "sessions"),
+])
+def test_bad_v1_inputs_exit_2_with_one_line(tmp_path, args, text, match):
+    r = runner.invoke(app, ["simulate", str(write(tmp_path, text)), *args])
+    assert r.exit_code == 2, r.output
+    assert match in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b-multiturn-chat", "llama3.1-8b-multiturn-offload"])
+def test_bundled_v1_workloads_run(name):
+    out = run(configs_dir() / "workloads" / f"{name}.yaml")
+    assert out["scheduler_model"] == "vllm-v1"
+    m = out["allocators"]["paged-16"]
+    assert m["completed"] + m["rejected"] == out["requests"]
+    assert out["prefix_cache"]["hit_rate"] > 0
+    if "offload" in name:
+        assert out["prefix_cache"]["cpu_hit_tokens"] > 0 and out["offload"]["bytes_from_cpu"] > 0
+
+
+def test_a_hybrid_linear_model_runs_through_v1_without_prefix_caching(tmp_path):
+    out = run(write(tmp_path, """
+serving: {model: qwen3-next-80b-a3b, kv_pool_bytes: 4GiB}
+requests:
+  count: 12
+  seed: 1
+  arrival: {process: poisson, rate: 4}
+  prompt_tokens: {dist: uniform, low: 500, high: 6000}
+  output_tokens: {dist: uniform, low: 10, high: 100}
+scheduler: {max_model_len: 8192, max_num_batched_tokens: 4096}
+step_time: {model: constant, seconds: 0.02}
+"""))
+    assert out["scheduler_model"] == "vllm-v1" and "linear" in out["scheduler_model_reason"]
+    assert out["kv_cache_groups"] >= 2 and out["prefix_cache"]["enabled"] is False
+    assert any("prefix caching is off" in n for n in out["notes"])
+    assert out["allocators"][f"paged-{out['block_size']}"]["completed"] == 12

@@ -1,0 +1,527 @@
+"""Drive vLLM's own v1 Scheduler and KV cache manager on CPU over a request set; write the fixture.
+
+Runs only in a venv where vLLM is installed as pure Python (tools/vllm_reference/README.md); kvplan's own
+tests read the fixtures this writes and never import vLLM.
+
+What it does, as vLLM's own tests do (tests/v1/core/utils.py::create_scheduler, tests/v1/core/test_scheduler.py):
+- a VllmConfig with a SchedulerConfig, a CacheConfig (num_gpu_blocks_override = the request set's pool) and
+  no ModelConfig; the few model facts the scheduler reads are given by a small stand-in object (_ModelFacts);
+- one vLLM KV cache spec per decoder layer of the kvplan model spec (FullAttentionSpec, SlidingWindowSpec,
+  ChunkedLocalAttentionSpec, MLAAttentionSpec, MambaSpec), grouped and sized by vLLM's own
+  kv_cache_planning.get_global_kv_cache_groups / get_kv_cache_configs, then
+  kv_cache_utils.generate_scheduler_kv_cache_config / resolve_kv_cache_block_sizes, as
+  v1/engine/core.py::EngineCore._initialize_kv_caches does;
+- a fake model runner: after each schedule(), one sampled token for every scheduled request whose prompt
+  (and, after a preemption, its earlier output) is now fully computed; nothing for a prefill chunk that
+  ends mid-prompt; then update_from_output(). Requests stop on max_tokens (ignore_eos).
+
+Usage (in the vLLM venv):  python tools/vllm_reference/run.py --all
+                           python tools/vllm_reference/run.py tests/fixtures/vllm_scheduler/long-prompts.requests.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "vllm_scheduler"
+EOS_TOKEN_ID = 50256  # outside the token-id range of the request sets (1..30000): never sampled
+STEP_CAP = 200_000
+KERNEL_BLOCK_ALIGN = 16  # FLASH_ATTN's kernel block sizes, MultipleOf(16) (v1/attention/backends/flash_attn.py)
+
+
+def token_id(seg: int, i: int) -> int:
+    """The contract's token id of position i of segment seg (/work/notes/v1contract.md, kvplan's reader too)."""
+    return 1 + (seg * 1_000_003 + i * 7_919 + (seg * i) % 104_729) % 30_000
+
+
+def segment_tokens(seg: int, n: int) -> list[int]:
+    return [token_id(seg, i) for i in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# model -> vLLM KV cache specs
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    table = {"fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+             "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+    if name not in table:
+        raise SystemExit(f"model dtype {name!r} is not one the harness maps to torch; add it to _torch_dtype")
+    return table[name]
+
+
+def load_model_spec(rs: dict):
+    if rs.get("model"):
+        from kvplan.io.models import load_model
+
+        return load_model(rs["model"])
+    from kvplan.io.hf_config import spec_from_hf_config
+
+    return spec_from_hf_config(rs["model_config"], name=rs["name"], origin=f"{rs['name']}.requests.json")
+
+
+@dataclass
+class _ModelFacts:
+    """What the scheduler, the KV planner and StructuredOutputManager read from ModelConfig, for a text-only
+    decoder served by the 'generate' runner. Stands in for vllm.config.ModelConfig, whose constructor would
+    fetch config.json and a tokenizer from the Hub."""
+
+    max_model_len: int
+    dtype: object
+    use_mla: bool
+    is_hybrid: bool
+    original_max_model_len: int = 0
+    uses_mrope: bool = False
+    is_encoder_decoder: bool = False
+    runner_type: str = "generate"
+    is_diffusion: bool = False
+    supports_multimodal_inputs: bool = False
+    is_multimodal_model: bool = False
+    multimodal_config: object = None
+    return_sampling_mask: bool = False
+    skip_tokenizer_init: bool = True
+    enable_trace_replay: bool = False
+    enable_sleep_mode: bool = False
+    is_moe: bool = False
+    is_submodel_config: bool = False
+    supports_kv_cache_grouping: bool = False  # no model class in 0.33.0 implements SupportsKVCacheGrouping
+    enforce_eager: bool = True
+    quantization: object = None
+    pooler_config: object = None
+    architecture: str = "KvplanReference"
+    architectures: list = field(default_factory=lambda: ["KvplanReference"])
+    model: str = "kvplan-reference"
+    served_model_name: str = "kvplan-reference"
+
+    def __post_init__(self):
+        self.original_max_model_len = self.original_max_model_len or self.max_model_len
+
+
+def _gdn_state(raw: dict, layer, tp: int, model_dtype):
+    """Gated delta net (Qwen3-Next) state shapes and dtypes, by vLLM's own calculators
+    (model_executor/models/qwen3_next.py::get_mamba_state_shape_from_config / ..._dtype_from_config)."""
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
+
+    cfg = raw.get("text_config", raw)
+    shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
+        tp, cfg["linear_num_key_heads"], cfg["linear_num_value_heads"], cfg["linear_key_head_dim"],
+        cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"], 0)
+    dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(model_dtype, "auto", "auto")
+    return shapes, dtypes
+
+
+def build_layer_specs(model, rs: dict, block_size: int, mamba_block_size: int, mamba_cache_mode: str):
+    """One vLLM spec per decoder layer; returns (specs, notes). Hybrid attention+Mamba block-size alignment is
+    applied by the caller (align_hybrid_block_size) before this is called with the final block size."""
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+        get_kv_quant_mode,
+    )
+
+    from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
+
+    tp = int(rs.get("tp", 1))
+    cache_dtype = rs.get("kv_cache_dtype", "auto")
+    model_dtype = _torch_dtype(model.dtype)
+    kv_dtype = model_dtype if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
+    quant = get_kv_quant_mode(cache_dtype)
+    specs = {}
+    for i, layer in enumerate(model.layers):
+        name = f"model.layers.{i}.attn"
+        if isinstance(layer, MLALayer):
+            specs[name] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=layer.latent_dim,
+                                           dtype=kv_dtype, cache_dtype_str=cache_dtype, kv_quant_mode=quant)
+        elif isinstance(layer, AttentionLayer):
+            # vLLM's ModelConfig.get_num_kv_heads: max(1, total // tp) (replicated below one head per rank)
+            common = {"block_size": block_size, "num_kv_heads": max(1, layer.num_kv_heads // tp),
+                      "head_size": layer.k_head_dim, "head_size_v": layer.v_head_dim, "dtype": kv_dtype,
+                      "kv_quant_mode": quant}
+            if layer.kind is LayerKind.SLIDING:
+                specs[name] = SlidingWindowSpec(sliding_window=layer.window, **common)
+            elif layer.kind is LayerKind.CHUNKED:
+                specs[name] = ChunkedLocalAttentionSpec(attention_chunk_size=layer.window, **common)
+            else:
+                specs[name] = FullAttentionSpec(**common)
+        elif isinstance(layer, LinearLayer):
+            if layer.family != "gated_delta_net":
+                raise SystemExit(f"linear layer family {layer.family!r}: the harness maps only gated_delta_net")
+            shapes, dtypes = _gdn_state(model.raw_config, layer, tp, model_dtype)
+            specs[name] = MambaSpec(block_size=mamba_block_size, shapes=tuple(shapes), dtypes=tuple(dtypes),
+                                    mamba_type=MambaAttentionBackendEnum.GDN_ATTN, mamba_cache_mode=mamba_cache_mode)
+        # NoCacheLayer: no spec, as vLLM's attention-free layers return None
+    return specs
+
+
+def align_hybrid_block_size(specs: dict, block_size: int) -> tuple[int, int | None]:
+    """vLLM's rule for hybrid attention + Mamba models (platforms/interface.py::Platform._align_hybrid_block_size,
+    with FLASH_ATTN's kernel alignment 16): the attention block grows to the smallest multiple of
+    max(16, block_size) whose page holds one Mamba state; the Mamba page is then padded to that page.
+    Returns (block_size, mamba_page_size_padded or None)."""
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    mamba = [s for s in specs.values() if isinstance(s, MambaSpec)]
+    attn = [s for s in specs.values() if isinstance(s, AttentionSpec)]
+    if not mamba or not attn:
+        return block_size, None
+    mamba_page = max(s.page_size_bytes for s in mamba)
+    per_token = attn[0].page_size_bytes // attn[0].block_size
+    align = max(KERNEL_BLOCK_ALIGN, block_size)
+    aligned = align * math.ceil(mamba_page / (align * per_token))
+    aligned = KERNEL_BLOCK_ALIGN * math.ceil(aligned / KERNEL_BLOCK_ALIGN)
+    new_block = max(block_size, aligned)
+    page = new_block * per_token
+    return new_block, (page if page != mamba_page else None)
+
+
+def _group_kind(spec) -> str:
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
+
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return _group_kind(next(iter(spec.kv_cache_specs.values())))
+    if isinstance(spec, MLAAttentionSpec):
+        return "mla"
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return "chunked_local"
+    if isinstance(spec, MambaSpec):
+        return "mamba"
+    return "full"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# scheduler construction
+
+
+def build_scheduler(rs: dict):
+    import dataclasses
+
+    from vllm.config import CacheConfig, ParallelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core import kv_cache_planning
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import MambaSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    s = rs["scheduler"]
+    if s.get("async_scheduling"):
+        raise SystemExit("async_scheduling: the harness drives the synchronous Scheduler only")
+    if s.get("max_num_partial_prefills", 1) != 1:
+        raise SystemExit("max_num_partial_prefills: vLLM 0.33.0's SchedulerConfig has no such option")
+    model = load_model_spec(rs)
+    max_model_len = int(s["max_model_len"])
+    enable_pc = bool(s["enable_prefix_caching"])
+    block_size = int(s["block_size"])
+    has_linear = any(layer.kind.value == "linear" for layer in model.layers)
+    # model_executor/models/config.py::MambaModelConfig.verify_and_update_config: prefix caching turns the Mamba
+    # cache mode to "align" with mamba_block_size = block_size; without it "none" and mamba_block_size = max_model_len.
+    mamba_cache_mode = "align" if (has_linear and enable_pc) else "none"
+    probe = build_layer_specs(model, rs, block_size, max_model_len, mamba_cache_mode)
+    block_size, mamba_page_padded = align_hybrid_block_size(probe, block_size)
+    mamba_block_size = block_size if mamba_cache_mode == "align" else max_model_len
+    specs = build_layer_specs(model, rs, block_size, mamba_block_size, mamba_cache_mode)
+    if mamba_page_padded is not None:
+        specs = {k: (dataclasses.replace(v, page_size_padded=mamba_page_padded) if isinstance(v, MambaSpec) else v)
+                 for k, v in specs.items()}
+
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=int(s["max_num_seqs"]),
+        max_num_batched_tokens=int(s["max_num_batched_tokens"]),
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=int(s.get("long_prefill_token_threshold", 0)),
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+        watermark=float(s.get("watermark", 0.0)),
+        policy="fcfs",
+    )
+    cache_config = CacheConfig(
+        block_size=block_size,
+        gpu_memory_utilization=0.9,
+        cache_dtype=rs.get("kv_cache_dtype", "auto"),
+        enable_prefix_caching=enable_pc,
+        num_gpu_blocks_override=int(rs["num_gpu_blocks"]),
+    )
+    if has_linear:
+        cache_config.mamba_cache_mode = mamba_cache_mode
+        cache_config.mamba_block_size = mamba_block_size
+        cache_config.mamba_page_size_padded = mamba_page_padded
+    from vllm.config import DeviceConfig
+
+    vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
+                             parallel_config=ParallelConfig(), device_config=DeviceConfig(device="cpu"))
+    facts = _ModelFacts(max_model_len=max_model_len, dtype=_torch_dtype(model.dtype),
+                        use_mla=any(layer.kind.value == "mla" for layer in model.layers), is_hybrid=has_linear)
+    object.__setattr__(vllm_config, "model_config", facts)
+    # config/vllm.py::VllmConfig.__post_init__ disables the hybrid KV cache manager on platforms without
+    # support_hybrid_kv_cache() (the "empty" CPU platform here); on CUDA it stays on unless a KV connector
+    # or chunked-local attention (without VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) turns it off.
+    # The reference is a CUDA deployment, so turn it back on, and off where CUDA would.
+    has_chunked = any(layer.kind.value == "chunked" for layer in model.layers)
+    vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = has_chunked
+    register_all_kvcache_specs(vllm_config)
+    # The layout only places bytes; it is resolved before planning as v1/engine/core.py does. Legacy NHD
+    # first, then a block-compact layout (hybrid pools mixing page shapes need one).
+    resolve_kv_cache_layout(vllm_config, [["LBNHC", "BLHNC"]], list(specs.values()))
+
+    groups = kv_cache_planning.get_global_kv_cache_groups(vllm_config, [specs])
+    # Any memory large enough: num_gpu_blocks_override replaces the block count derived from it.
+    configs = kv_cache_planning.get_kv_cache_configs(vllm_config, [specs], [1 << 50], groups)
+    kv_cache_config = generate_scheduler_kv_cache_config(configs)
+    cache_config.num_gpu_blocks = kv_cache_config.num_blocks
+    participating = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups
+                     if g.kv_cache_spec.prefix_cacheable]
+    cache_config.block_size = min(participating or [g.kv_cache_spec.block_size
+                                                    for g in kv_cache_config.kv_cache_groups])
+    sched_block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    kv_cache_config.hash_block_size = hash_block
+    kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+        kv_cache_config, vllm_config, sched_block, hash_block)
+    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                          structured_output_manager=StructuredOutputManager(vllm_config),
+                          block_size=sched_block, hash_block_size=hash_block, log_stats=True)
+    kv = {
+        "num_blocks": kv_cache_config.num_blocks,
+        "block_size": sched_block,
+        "hash_block_size": hash_block,
+        "groups": [{
+            "kind": _group_kind(g.kv_cache_spec),
+            "num_layers": len(g.layer_names),
+            "block_size": g.kv_cache_spec.block_size,
+            "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None)
+            or getattr(g.kv_cache_spec, "attention_chunk_size", None),
+            "page_size_bytes": g.kv_cache_spec.page_size_bytes,
+        } for g in kv_cache_config.kv_cache_groups],
+    }
+    config_set = {
+        "async_scheduling": vllm_config.scheduler_config.async_scheduling,
+        "enable_chunked_prefill": vllm_config.scheduler_config.enable_chunked_prefill,
+        "policy": str(vllm_config.scheduler_config.policy),
+        "watermark": vllm_config.scheduler_config.watermark,
+        "scheduler_reserve_full_isl": vllm_config.scheduler_config.scheduler_reserve_full_isl,
+        "long_prefill_token_threshold": vllm_config.scheduler_config.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": vllm_config.scheduler_config.long_prefill_token_threshold_adaptive,
+        "max_num_scheduled_tokens": vllm_config.scheduler_config.max_num_scheduled_tokens,
+        "max_in_flight_tokens": vllm_config.max_in_flight_tokens,
+        "num_gpu_blocks_override": cache_config.num_gpu_blocks_override,
+        "cache_dtype": cache_config.cache_dtype,
+        "kv_cache_layout": cache_config.kv_cache_layout,
+        "disable_hybrid_kv_cache_manager": vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
+        "prefix_caching_hash_algo": cache_config.prefix_caching_hash_algo,
+        "mamba_cache_mode": mamba_cache_mode if has_linear else None,
+        "mamba_block_size": mamba_block_size if has_linear else None,
+        "mamba_page_size_padded": mamba_page_padded,
+        "speculative_decoding": None,
+        "kv_connector": None,
+        "model_config": "none (a stand-in with the model facts the scheduler reads: tools/vllm_reference/run.py::_ModelFacts)",
+    }
+    return scheduler, kv, config_set, hash_block
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the run
+
+
+def _rle(values: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return out
+
+
+def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
+    import vllm
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    t0 = time.perf_counter()
+    scheduler, kv, config_set, hash_block = build_scheduler(rs)
+    hasher = None
+    if rs["scheduler"]["enable_prefix_caching"]:
+        hash_fn = get_hash_fn_by_name(config_set["prefix_caching_hash_algo"])
+        init_none_hash(hash_fn)
+        hasher = get_request_block_hasher(hash_block, hash_fn)
+
+    reqs = rs["requests"]
+    pending = sorted(range(len(reqs)), key=lambda k: (reqs[k]["arrival_step"], k))
+    out_seg: dict[str, tuple[int, int]] = {}
+    objs: dict[str, Request] = {}
+    per_req: dict[str, dict] = {}
+    prompt_tokens = 0
+    for r in reqs:
+        out_seg[r["id"]] = (int(r["output"][0]), int(r["output"][1]))
+        per_req[r["id"]] = {"first_scheduled_step": None, "first_token_step": None, "finish_step": None,
+                            "num_preemptions": 0, "num_cached_tokens": 0}
+    running_per_step, usage_per_step, tokens_per_step = [], [], []
+    preemptions = 0
+    step = 0
+    nxt = 0
+    unfinished = len(reqs)
+    idle_steps = 0
+    error = None
+    while unfinished:
+        while nxt < len(pending) and reqs[pending[nxt]]["arrival_step"] <= step:
+            r = reqs[pending[nxt]]
+            prompt = []
+            for seg, n in r["prompt"]:
+                prompt.extend(segment_tokens(int(seg), int(n)))
+            prompt_tokens += len(prompt)
+            sp = SamplingParams(max_tokens=int(r["output"][1]), ignore_eos=True)
+            sp.update_from_generation_config({}, EOS_TOKEN_ID)
+            req = Request(request_id=r["id"], prompt_token_ids=prompt, sampling_params=sp, pooling_params=None,
+                          arrival_time=float(r["arrival_step"]), block_hasher=hasher)
+            objs[r["id"]] = req
+            scheduler.add_request(req)
+            nxt += 1
+        if not scheduler.has_requests() and nxt < len(pending):
+            step = reqs[pending[nxt]]["arrival_step"]  # idle: the empty schedule() calls would change nothing
+            continue
+        never_scheduled = {rid for rid, d in per_req.items() if d["first_scheduled_step"] is None and rid in objs}
+        so = scheduler.schedule()
+        n_sched = so.num_scheduled_tokens
+        if so.total_num_scheduled_tokens > 0:
+            running_per_step.append(len(scheduler.running))
+            usage_per_step.append(scheduler.kv_cache_manager.usage)
+            tokens_per_step.append(so.total_num_scheduled_tokens)
+            idle_steps = 0
+        else:
+            idle_steps += 1
+        preemptions += len(so.preempted_req_ids)
+        req_ids, sampled = [], []
+        for rid, n in n_sched.items():
+            req = objs[rid]
+            d = per_req[rid]
+            if rid in never_scheduled:
+                d["first_scheduled_step"] = step
+                d["num_cached_tokens"] = req.num_computed_tokens - n
+            req_ids.append(rid)
+            if req.num_computed_tokens >= req.num_tokens:
+                seg, _ = out_seg[rid]
+                sampled.append([token_id(seg, len(req.output_token_ids))])
+                if d["first_token_step"] is None:
+                    d["first_token_step"] = step
+            else:
+                sampled.append([])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        scheduler.update_from_output(so, mro)
+        for rid in req_ids:
+            req = objs[rid]
+            if req.is_finished() and per_req[rid]["finish_step"] is None:
+                per_req[rid]["finish_step"] = step
+                per_req[rid]["num_preemptions"] = req.num_preemptions
+                unfinished -= 1
+        step += 1
+        if step >= STEP_CAP or (idle_steps > 2 and nxt >= len(pending)):
+            error = f"stopped at step {step}: {unfinished} requests unfinished (no progress or step cap)"
+            break
+
+    n_steps = len(running_per_step)
+    cached_tokens = sum(d["num_cached_tokens"] for d in per_req.values())
+    pcs = scheduler.kv_cache_manager.prefix_cache_stats
+    metrics = {
+        "steps": n_steps,
+        "mean_running": sum(running_per_step) / n_steps if n_steps else 0.0,
+        "peak_running": max(running_per_step, default=0),
+        "preemptions": preemptions,
+        "mean_kv_usage": sum(usage_per_step) / n_steps if n_steps else 0.0,
+        "peak_kv_usage": max(usage_per_step, default=0.0),
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": cached_tokens,
+        "prefix_hit_rate": cached_tokens / prompt_tokens if prompt_tokens else 0.0,
+        "last_step": step - 1,
+        "generated_tokens": sum(int(r["output"][1]) for r in reqs),
+        "scheduled_tokens": sum(tokens_per_step),
+    }
+    del pcs  # vLLM's PrefixCacheStats are reset per make_stats(); the per-request record above is exact
+    fixture = {
+        "vllm_version": vllm.__version__.split("+")[0],
+        "vllm_build": vllm.__version__,
+        "request_set": rs["name"],
+        "harness": "tools/vllm_reference/run.py",
+        "definitions": "tests/fixtures/vllm_scheduler/README.md",
+        "config_set_by_harness": config_set,
+        "kv_cache": kv,
+        "metrics": metrics,
+        "error": error,
+        "per_request": per_req,
+    }
+    if keep_per_step:
+        fixture["encoding"] = "per_step arrays are run-length encoded: [[value, count], ...] over non-empty steps"
+        fixture["per_step"] = {
+            "running": _rle(running_per_step),
+            "kv_usage_permille": _rle([round(u * 1000) for u in usage_per_step]),
+            "scheduled_tokens": _rle(tokens_per_step),
+        }
+    fixture["harness_seconds"] = round(time.perf_counter() - t0, 1)
+    return fixture
+
+
+def fixture_path(rs_path: Path, version: str) -> Path:
+    name = rs_path.name.removesuffix(".requests.json")
+    return rs_path.with_name(f"{name}.vllm-{version}.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("request_sets", nargs="*", type=Path, help="*.requests.json files")
+    ap.add_argument("--all", action="store_true", help=f"every request set in {FIXTURES.relative_to(REPO)}")
+    ap.add_argument("--no-per-step", action="store_true", help="leave the per_step arrays out")
+    ap.add_argument("--print-only", action="store_true", help="print metrics, write nothing")
+    args = ap.parse_args(argv)
+    paths = sorted(FIXTURES.glob("*.requests.json")) if args.all else args.request_sets
+    if not paths:
+        ap.error("name request sets or pass --all")
+    import vllm
+
+    version = vllm.__version__.split("+")[0]
+    for p in paths:
+        rs = json.loads(Path(p).read_text())
+        fx = run_request_set(rs, keep_per_step=not (args.no_per_step or rs.get("per_step") is False))
+        m = fx["metrics"]
+        print(f"{rs['name']}: steps {m['steps']}  running mean {m['mean_running']:.2f} peak {m['peak_running']}  "
+              f"preemptions {m['preemptions']}  usage {m['mean_kv_usage']:.4f}  hit {m['prefix_hit_rate']:.4f}  "
+              f"groups {[(g['kind'], g['num_layers'], g['block_size']) for g in fx['kv_cache']['groups']]}  "
+              f"blocks {fx['kv_cache']['num_blocks']}  ({fx['harness_seconds']} s){'  ERROR ' + fx['error'] if fx['error'] else ''}",
+              flush=True)
+        if not args.print_only:
+            out = fixture_path(Path(p), version)
+            out.write_text(json.dumps(fx, separators=(",", ":")) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -246,7 +246,12 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
         elif isinstance(layer, LinearLayer):
             conv, state = get_engine("ideal").linear_state_elems(layer)
             row.update(family=layer.family, conv_elems=conv, state_elems=state,
-                       state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)))
+                       state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)),
+                       conv_channels=layer.conv_channels, conv_kernel=layer.conv_kernel,
+                       state_shape=list(layer.state_shape))
+            if layer.attention is not None:  # a parallel attention in the same layer (Falcon-H1)
+                row.update(attention=layer.attention.describe(spec.num_attention_heads),
+                           bytes_per_token=layer_token_bytes(layer, get_engine("ideal"), dtype))
         elif layer.kind is not LayerKind.NONE:
             row.update(num_kv_heads=layer.num_kv_heads, k_head_dim=layer.k_head_dim, v_head_dim=layer.v_head_dim,  # type: ignore[union-attr]
                        window=layer.window or None,  # type: ignore[union-attr]
@@ -290,8 +295,15 @@ def show(
                       f"expanded: {row['num_heads']} heads x (K {row['qk_nope_head_dim']}+{row['qk_rope_head_dim']}, V {row['v_head_dim']})")
             per_tok = f"latent {bytes_cell(row['latent_bytes_per_token'])}\nexpanded {bytes_cell(row['expanded_bytes_per_token'])}"
         elif row["kind"] == "linear":
-            cached = f"{row['family']}: conv {row['conv_elems']:,} + state {row['state_elems']:,} elems"
+            shape = " x ".join(map(str, row["state_shape"])) if row["state_shape"] else f"{row['state_elems']:,}"
+            state = f"state {shape}" if row["state_elems"] else "no recurrent state"
+            conv = (f"conv {row['conv_channels']:,} ch x {row['conv_kernel'] - 1} cols" if row["conv_channels"]
+                    else "no conv")
+            cached = f"{row['family']}: {conv} + {state}"
             per_tok = f"fixed {format_bytes(row['state_bytes_per_sequence'])} per sequence"
+            if "attention" in row:
+                cached = f"{row['attention']}\n+ {cached}"
+                per_tok = f"{bytes_cell(row['bytes_per_token'])}\n+ {per_tok}"
         elif row["kind"] == "none":
             cached, per_tok = "nothing", "0"
         else:

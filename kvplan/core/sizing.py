@@ -86,9 +86,13 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
     if isinstance(layer, LinearLayer):
         conv, state = engine.linear_state_elems(layer)
         conv_dt, state_dt = engine.linear_state_dtypes(layer, model_dtype)
-        return (
+        fixed = (
             f"{count} layers x ({conv:,} conv elems x {conv_dt.name} + {state:,} state elems x {state_dt.name}) per sequence"
         )
+        if layer.attention is None:
+            return fixed
+        return f"{_formula(layer.attention, count, engine, kv_dtype, tp, model_dtype)} per token; {fixed}"
+
     vectors = engine.token_vectors(layer, tp)
     if not vectors:
         return "0"
@@ -136,6 +140,14 @@ def size_kv(
             per_rank = engine.linear_state_bytes(layer, spec.dtype, tp)
             slots = 0
             slot_total = 0
+            if layer.holds_tokens:  # a parallel attention in the same layer (Falcon-H1) holds tokens too
+                tok = engine.slot_bytes(layer, dtype, tp)
+                for i in indices:
+                    for r in range(tp):
+                        gpu_token_bytes[stage_of[i]][r] += tok[r]
+                slots = engine.slots_held(layer, seq_len)
+                slot_total = sum(tok)
+                per_rank = tuple(state + t * slots for state, t in zip(per_rank, tok))
         else:
             per_rank = engine.slot_bytes(layer, dtype, tp)
             for i in indices:
@@ -206,6 +218,6 @@ def uneven_tp_note(spec: ModelSpec, tp: int) -> str | None:
 
 def layer_token_bytes(layer: Layer, engine: Engine, kv_dtype: KVDtype, tp: int = 1) -> int:
     """Bytes of one token slot of one layer summed over ranks (0 for fixed-state layers)."""
-    if isinstance(layer, (AttentionLayer, MLALayer)):
+    if isinstance(layer, (AttentionLayer, MLALayer)) or (isinstance(layer, LinearLayer) and layer.holds_tokens):
         return sum(engine.slot_bytes(layer, kv_dtype, tp))
     return 0

@@ -117,9 +117,12 @@ def test_layer_kinds_agree_with_transformers(name):
     types, kwargs = get_layer_types_and_kwargs(text)
     to_kind = {"full_attention": LayerKind.FULL, "sliding_attention": LayerKind.SLIDING,
                "chunked_attention": LayerKind.CHUNKED, "linear_attention": LayerKind.LINEAR,
-               "mamba": LayerKind.LINEAR, "dummy": LayerKind.NONE}
+               "mamba": LayerKind.LINEAR, "dummy": LayerKind.NONE,
+               "conv": LayerKind.LINEAR, "hybrid": LayerKind.LINEAR}  # hybrid: linear state + full attention
     ours = [LayerKind.FULL if layer.kind is LayerKind.MLA else layer.kind for layer in spec.layers]  # MLA is full attention
     assert [to_kind.get(t, t) for t in types] == ours
+    # transformers' "hybrid" layers (Falcon-H1) hold a full attention beside the state, and only they do
+    assert [t == "hybrid" for t in types] == [getattr(layer, "attention", None) is not None for layer in spec.layers]
     for layer, kw in zip(spec.layers, kwargs):
         if isinstance(layer, AttentionLayer) and layer.kind is not LayerKind.FULL:
             assert kw["sliding_window"] == layer.window

@@ -160,7 +160,8 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"), no_wrap=("layers",),
                       title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi else ""))
     for g in r.groups:
-        held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"
+        held = ("fixed state" if isinstance(g.layer, LinearLayer) and not g.layer.holds_tokens
+                else f"{g.tokens_held_per_layer:,}" + (" + state" if isinstance(g.layer, LinearLayer) else ""))
         row = [f"{g.count} x [{format_indices(g.layer_indices)}]", g.description, held,
                format_bytes(g.bytes_per_token), format_bytes(g.bytes_per_sequence), format_bytes(g.total_bytes)]
         table.add_row(*row, *([format_bytes(g.per_gpu_bytes)] if multi else []))
@@ -182,7 +183,10 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     console.print("[bold]formula[/] (bytes per token, one sequence, all GPUs):" if multi
                   else "[bold]formula[/] (bytes per token, one sequence):")
     for g in r.groups:
-        if g.bytes_per_token:
+        if g.bytes_per_token and isinstance(g.layer, LinearLayer):  # parallel attention + fixed state (Falcon-H1)
+            state = g.bytes_per_sequence - g.bytes_per_token * g.tokens_held_per_layer
+            console.print(f"  {g.formula} = {g.bytes_per_token:,} B per token + {state:,} B per sequence")
+        elif g.bytes_per_token:
             console.print(f"  {g.formula} = {g.bytes_per_token:,} B")
         elif isinstance(g.layer, LinearLayer):
             console.print(f"  {g.formula} = {g.bytes_per_sequence:,} B per sequence (does not grow with tokens)")

@@ -181,6 +181,9 @@ def _minimax(cfg: _Cfg, model_type: str, num_layers: int, num_heads: int, hidden
     if cfg.has("sliding_window"):
         notes.append(f"sliding_window {cfg.get('sliding_window')} ignored: MiniMaxCache keeps every softmax "
                      "layer's K/V (transformers models/minimax/modeling_minimax.py)")
+    notes.append("serving engines: vLLM runs MiniMax-Text-01 / M1 up to 0.23.0 (the model class was removed after "
+                 "it: vllm/model_executor/models/registry.py, _PREVIOUSLY_SUPPORTED_MODELS); SGLang 0.5.10 has no "
+                 "model for it, so its figures are what its Mamba pool would hold")
     attention = _attention(cfg, model_type, num_heads, hidden, notes)
     head_dim = attention.k_head_dim
     lightning = LinearLayer(family="lightning", conv_channels=0, conv_kernel=0,

@@ -344,7 +344,7 @@ def _mamba2_params(layer: LinearLayer, hidden: int, *, conv_bias: bool, proj_bia
 
 def _gdn_params(layer: LinearLayer, hidden: int) -> int:
     """Qwen3.5 gated delta net: in_proj_qkv, in_proj_z, in_proj_a/b, conv1d, dt_bias, A_log, norm, out_proj."""
-    v_heads, k_dim, v_dim = layer.state_shape
+    v_heads, _, v_dim = layer.state_shape
     value_dim = v_heads * v_dim
     return (hidden * (layer.conv_channels + value_dim + 2 * v_heads) + layer.conv_channels * layer.conv_kernel
             + 2 * v_heads + v_dim + value_dim * hidden)

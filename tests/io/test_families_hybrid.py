@@ -24,7 +24,7 @@ from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.io.models import load_model
 
 runner = CliRunner()
-BUNDLED = ("kimi-linear-48b-a3b", "minimax-m1-80k", "nemotron-3-nano-30b-a3b", "granite-4.0-h-small", "falcon-h1-34b",
+BUNDLED = ("kimi-linear-48b-a3b", "minimax-m1-80k", "nemotron-3-nano-30b", "granite-4.0-h-small", "falcon-h1-34b",
            "lfm2-1.2b", "qwen3.5-27b", "qwen3.5-35b-a3b")
 
 
@@ -86,7 +86,7 @@ def test_minimax_original_attn_type_list_reads_like_layer_types():
 
 
 def test_nemotron_h_pattern_mamba2_attention_moe():
-    s = load_model("nemotron-3-nano-30b-a3b")
+    s = load_model("nemotron-3-nano-30b")
     pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
     assert [x.kind for x in s.layers] == [{"M": LayerKind.LINEAR, "*": LayerKind.FULL, "E": LayerKind.NONE}[c]
                                           for c in pattern]
@@ -186,7 +186,7 @@ def test_vllm_state_dtypes_per_model():
     # Kimi Delta Attention: float32 whatever the model dtype (kda_state_dtype)
     assert vllm.linear_state_bytes(linear(load_model("kimi-linear-48b-a3b")), "bf16", 1) == (3 * 12288 * 2 + 32 * 128 * 128 * 4,)
     # Nemotron-H: mamba_ssm_cache_dtype float32
-    assert vllm.linear_state_bytes(linear(load_model("nemotron-3-nano-30b-a3b")), "bf16", 1) == (3 * 6144 * 2 + 64 * 64 * 128 * 4,)
+    assert vllm.linear_state_bytes(linear(load_model("nemotron-3-nano-30b")), "bf16", 1) == (3 * 6144 * 2 + 64 * 64 * 128 * 4,)
     # Granite 4.0-H: model dtype; MiniMax lightning: model dtype, no conv
     assert vllm.linear_state_bytes(linear(load_model("granite-4.0-h-small")), "bf16", 1) == (3 * 8448 * 2 + 128 * 64 * 128 * 2,)
     assert vllm.linear_state_bytes(linear(load_model("minimax-m1-80k")), "bf16", 1) == (64 * 128 * 128 * 2,)
@@ -206,7 +206,7 @@ def test_mamba2_groups_are_replicated_when_tp_does_not_divide_them():
     assert get_engine("vllm").linear_state_bytes(granite, "bf16", 2) == (3 * (4096 + 256) * 2 + state_rank,) * 2
     # ideal splits the one group
     assert get_engine("ideal").linear_state_bytes(granite, "bf16", 2) == (3 * (8448 // 2) * 2 + state_rank,) * 2
-    nemotron = linear(load_model("nemotron-3-nano-30b-a3b"))  # 8 groups: tp 8 divides them, nothing replicated
+    nemotron = linear(load_model("nemotron-3-nano-30b"))  # 8 groups: tp 8 divides them, nothing replicated
     # per rank: conv 6144 / 8 channels x 3 x bf16, state 64 / 8 heads x 64 x 128 x fp32
     assert get_engine("vllm").linear_state_bytes(nemotron, "bf16", 8) == (768 * 3 * 2 + 8 * 64 * 128 * 4,) * 8
 
@@ -249,7 +249,7 @@ def test_vllm_hybrid_block_sizes_by_hand():
     # 10 attention and 30 mamba layers: group size 10, so 1 attention group and 3 mamba groups
     assert (q.group_size, q.num_groups, q.page_bytes) == (10, 4, 1056 * 2048)
     # Nemotron 3 Nano: page 3 x 6144 x 2 + 64 x 64 x 128 x 4 = 2,134,016; attention 2 x 128 x 2 x 2 = 1,024 B
-    assert min(b.block_size for b in _layout("nemotron-3-nano-30b-a3b").buckets) == 16 * 131
+    assert min(b.block_size for b in _layout("nemotron-3-nano-30b").buckets) == 16 * 131
     # Kimi-Linear at tp 2 (MLA: 128-token alignment): KDA page 3 x 6144 x 2 + 16 x 128 x 128 x 4 = 1,085,440 B;
     # the latent 576 x 2 = 1,152 B a token: 128 x cdiv(1,085,440, 128 x 1,152) = 128 x 8
     assert min(b.block_size for b in _layout("kimi-linear-48b-a3b", tp=2).buckets) == 1024
@@ -271,7 +271,7 @@ def test_vllm_falcon_h1_plans_both_pools():
 
 @pytest.mark.parametrize("name,published", [
     ("minimax-m1-80k", 456e9),  # MiniMax-M1 model card / MiniMax-01 report: 456B total, 45.9B activated
-    ("nemotron-3-nano-30b-a3b", 31.6e9),  # NVIDIA model card: 31.6B total parameters
+    ("nemotron-3-nano-30b", 31.6e9),  # NVIDIA model card: 31.6B total parameters
     ("granite-4.0-h-small", 32e9),  # IBM model card: 32B total, 9B active
     ("lfm2-1.2b", 1_170_340_608),  # LiquidAI model card: 1,170,340,608 parameters
     ("qwen3.5-27b", 27e9),  # Qwen model card: 27B (language model; the vision tower is not counted)
@@ -285,7 +285,7 @@ def test_parameter_counts_within_one_percent(name, published):
 
 def test_nemotron_experts_are_not_gated():
     """Nemotron-H's ReLU^2 experts have up and down projections only: gated counting would add 14.7B."""
-    s = load_model("nemotron-3-nano-30b-a3b")
+    s = load_model("nemotron-3-nano-30b")
     assert s.arch.moe is not None and not s.arch.moe.gated
     experts = sum(count_params(s, s.arch).layers_experts)
     assert experts == 23 * 128 * 2 * 2688 * 1856  # 23 MoE layers, 128 experts, up + down
@@ -327,5 +327,5 @@ def test_models_lists_the_hybrids_and_show_prints_states():
 
 
 def test_nothing_cached_by_mlp_and_moe_layers():
-    s = load_model("nemotron-3-nano-30b-a3b")
+    s = load_model("nemotron-3-nano-30b")
     assert sum(isinstance(x, NoCacheLayer) for x in s.layers) == 23

@@ -329,3 +329,18 @@ def test_models_lists_the_hybrids_and_show_prints_states():
 def test_nothing_cached_by_mlp_and_moe_layers():
     s = load_model("nemotron-3-nano-30b")
     assert sum(isinstance(x, NoCacheLayer) for x in s.layers) == 23
+
+
+@settings(max_examples=30, deadline=None)
+@given(engine=st.sampled_from(["ideal", "hf", "vllm", "sglang", "trtllm"]), seq=st.integers(1, 5000),
+       extra=st.integers(0, 5000), batch=st.integers(1, 8))
+def test_a_parallel_hybrid_never_needs_less_for_longer_sequences(engine, seq, extra, batch):
+    """Falcon-H1's layers hold tokens and a fixed state: more tokens never need less, and the state is paid at
+    any length (a 1-token sequence already holds all 72 states)."""
+    s = load_model("falcon-h1-34b")
+    eng = get_engine(engine)
+    short = size_kv(s, eng, batch=batch, seq_len=seq, tp=4)
+    long = size_kv(s, eng, batch=batch, seq_len=seq + extra, tp=4)
+    assert long.total_bytes >= short.total_bytes
+    states = batch * 72 * sum(eng.linear_state_bytes(s.layers[0], s.dtype, 4))
+    assert short.total_bytes > states

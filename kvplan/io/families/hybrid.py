@@ -301,6 +301,11 @@ def _qwen35(cfg: _Cfg, model_type: str, num_layers: int, num_heads: int, hidden:
     else:  # transformers Qwen3_5TextConfig.__post_init__
         interval = cfg.int("full_attention_interval", default=4)
         kinds = [LayerKind.LINEAR if (i + 1) % interval else LayerKind.FULL for i in range(num_layers)]
+    missing = {k: v for k, v in _QWEN35_DEFAULTS.items() if not cfg.has(k)}
+    if missing:  # transformers Qwen3_5TextConfig / Qwen3_5MoeTextConfig class defaults
+        notes.append("not in the config, taken from transformers' Qwen3.5 defaults: "
+                     + ", ".join(f"{k}={v}" for k, v in missing.items()))
+        cfg = _Cfg({**cfg.data, **missing}, cfg.origin)
     gdn = _linear_layer(cfg, "qwen3_next", hidden)
     k_heads, k_dim = cfg.int("linear_num_key_heads"), cfg.int("linear_key_head_dim")
     v_heads, v_dim = cfg.int("linear_num_value_heads"), cfg.int("linear_value_head_dim")
@@ -310,6 +315,11 @@ def _qwen35(cfg: _Cfg, model_type: str, num_layers: int, num_heads: int, hidden:
     gdn = LinearLayer(**{**_fields(gdn), "state_shape": (v_heads, k_dim, v_dim), "n_groups": k_heads,
                          "group_state": k_dim, "ssm_dtype": _dtype_key(cfg, "mamba_ssm_dtype")})
     return _layers_from_kinds(kinds, _attention(cfg, model_type, num_heads, hidden, notes), gdn)
+
+
+# transformers v5.23 models/qwen3_5/configuration_qwen3_5.py (and _moe): the same in both classes
+_QWEN35_DEFAULTS = {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32}
 
 
 def layers(cfg: _Cfg, model_type: str, *, hidden: int, num_heads: int, notes: list[str]) -> list[Layer]:

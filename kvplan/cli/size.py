@@ -166,7 +166,8 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"), no_wrap=("layers",),
                       title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi else ""))
     for g in r.groups:
-        held = "fixed state" if isinstance(g.layer, LinearLayer) else f"{g.tokens_held_per_layer:,}"
+        held = ("fixed state" if isinstance(g.layer, LinearLayer) and not g.layer.holds_tokens
+                else f"{g.tokens_held_per_layer:,}" + (" + state" if isinstance(g.layer, LinearLayer) else ""))
         if isinstance(g.layer, CompressedLayer) and g.layer.compress_ratio:
             held += f" + {g.layer.entries(r.seq_len):,} entries"
         row = [f"{g.count} x [{format_indices(g.layer_indices)}]", g.description, held,
@@ -192,6 +193,9 @@ def _render_size(spec: ModelSpec, r: SizeResult, rules: str, defaulted: bool, id
     for g in r.groups:
         if isinstance(g.layer, CompressedLayer):
             console.print(f"  {g.formula}: {g.bytes_per_sequence:,} B per sequence")
+        elif g.bytes_per_token and isinstance(g.layer, LinearLayer):  # parallel attention + fixed state (Falcon-H1)
+            state = g.bytes_per_sequence - g.bytes_per_token * g.tokens_held_per_layer
+            console.print(f"  {g.formula} = {g.bytes_per_token:,} B per token + {state:,} B per sequence")
         elif g.bytes_per_token:
             console.print(f"  {g.formula} = {g.bytes_per_token:,} B")
         elif isinstance(g.layer, LinearLayer):
@@ -271,7 +275,12 @@ def _layer_rows(spec: ModelSpec) -> list[dict[str, Any]]:
         elif isinstance(layer, LinearLayer):
             conv, state = get_engine("ideal").linear_state_elems(layer)
             row.update(family=layer.family, conv_elems=conv, state_elems=state,
-                       state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)))
+                       state_bytes_per_sequence=sum(get_engine("ideal").linear_state_bytes(layer, spec.dtype, 1)),
+                       conv_channels=layer.conv_channels, conv_kernel=layer.conv_kernel,
+                       state_shape=list(layer.state_shape))
+            if layer.attention is not None:  # a parallel attention in the same layer (Falcon-H1)
+                row.update(attention=layer.attention.describe(spec.num_attention_heads),
+                           bytes_per_token=layer_token_bytes(layer, get_engine("ideal"), dtype))
         elif isinstance(layer, NoCacheLayer):
             if layer.reads_layer >= 0:  # cross-layer KV sharing: attends over that layer's cache, stores none
                 row.update(reads_layer=layer.reads_layer, bytes_per_token=0)
@@ -334,8 +343,15 @@ def show(
                 cached += f"\n+ indexer key {row['indexer_head_dim']} per entry"
                 per_tok += f"\n+ {bytes_cell(row['indexer_bytes_per_entry'])} per entry"
         elif row["kind"] == "linear":
-            cached = f"{row['family']}: conv {row['conv_elems']:,} + state {row['state_elems']:,} elems"
+            shape = " x ".join(map(str, row["state_shape"])) if row["state_shape"] else f"{row['state_elems']:,}"
+            state = f"state {shape}" if row["state_elems"] else "no recurrent state"
+            conv = (f"conv {row['conv_channels']:,} ch x {row['conv_kernel'] - 1} cols" if row["conv_channels"]
+                    else "no conv")
+            cached = f"{row['family']}: {conv} + {state}"
             per_tok = f"fixed {format_bytes(row['state_bytes_per_sequence'])} per sequence"
+            if "attention" in row:
+                cached = f"{row['attention']}\n+ {cached}"
+                per_tok = f"{bytes_cell(row['bytes_per_token'])}\n+ {per_tok}"
         elif row["kind"] == "none":
             cached, per_tok = ("nothing", "0") if "reads_layer" not in row else (row["description"], "0 (shared)")
         else:

@@ -86,9 +86,13 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
     if isinstance(layer, LinearLayer):
         conv, state = engine.linear_state_elems(layer)
         conv_dt, state_dt = engine.linear_state_dtypes(layer, model_dtype)
-        return (
+        fixed = (
             f"{count} layers x ({conv:,} conv elems x {conv_dt.name} + {state:,} state elems x {state_dt.name}) per sequence"
         )
+        if layer.attention is None:
+            return fixed
+        return f"{_formula(layer.attention, count, engine, kv_dtype, tp, model_dtype)} per token; {fixed}"
+
     if isinstance(layer, CompressedLayer):
         per_token = engine.slot_bytes(layer, kv_dtype, 1)[0]
         text = f"{count} layers x {per_token} B (one {layer.head_dim}-elem K=V vector) over the last {layer.window} tokens"
@@ -150,6 +154,14 @@ def size_kv(
             per_rank = engine.linear_state_bytes(layer, spec.dtype, tp)
             slots = 0
             slot_total = 0
+            if layer.holds_tokens:  # a parallel attention in the same layer (Falcon-H1) holds tokens too
+                tok = engine.slot_bytes(layer, dtype, tp)
+                for i in indices:
+                    for r in range(tp):
+                        gpu_token_bytes[stage_of[i]][r] += tok[r]
+                slots = engine.slots_held(layer, seq_len)
+                slot_total = sum(tok)
+                per_rank = tuple(state + t * slots for state, t in zip(per_rank, tok))
         else:
             per_rank = engine.slot_bytes(layer, dtype, tp)
             for i in indices:
@@ -223,6 +235,6 @@ def uneven_tp_note(spec: ModelSpec, tp: int) -> str | None:
 
 def layer_token_bytes(layer: Layer, engine: Engine, kv_dtype: KVDtype, tp: int = 1) -> int:
     """Bytes of one token slot of one layer summed over ranks (0 for fixed-state layers)."""
-    if isinstance(layer, (AttentionLayer, MLALayer, CompressedLayer)):
+    if isinstance(layer, (AttentionLayer, MLALayer, CompressedLayer)) or (isinstance(layer, LinearLayer) and layer.holds_tokens):
         return sum(engine.slot_bytes(layer, kv_dtype, tp))
     return 0

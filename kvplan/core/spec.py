@@ -6,7 +6,9 @@ A model is not "an MHA model" or "a GQA model": each layer is one of
   ``k_head_dim``/``v_head_dim`` (MHA, GQA and MQA are just values of ``num_kv_heads``);
 - ``MLALayer``: DeepSeek-V2/V3 multi-head latent attention, cached either as the compressed latent
   (``kv_lora_rank + qk_rope_head_dim`` per token, no K/V pair) or expanded to per-head K and V;
-- ``LinearLayer``: linear attention / state-space (Mamba, gated delta net): a fixed state per sequence;
+- ``LinearLayer``: linear attention / state-space (Mamba-1/2, gated delta net, Kimi Delta Attention,
+  lightning attention, short convolutions): a fixed state per sequence, plus the KV of a softmax
+  attention that runs in parallel in the same layer where there is one (Falcon-H1);
 - ``NoCacheLayer``: nothing cached; with ``reads_layer`` set, the layer attends over an earlier layer's
   cache (cross-layer KV sharing: Gemma 3n / Gemma 4 ``num_kv_shared_layers``) and adds no bytes of its own.
 - ``CompressedLayer``: DeepSeek-V4's hybrid attention: one shared K=V head over a sliding window plus one
@@ -120,24 +122,62 @@ class LinearLayer:
     ``conv_channels`` x kernel elements of convolution state plus ``state_elems`` of recurrent (SSM)
     state. How much of the kernel window is kept is engine-specific (vLLM keeps kernel-1 columns,
     transformers keeps kernel columns).
+
+    Families (the mixer's state, per sequence and layer; elements, before the engine's dtypes):
+
+    - ``gated_delta_net`` (Qwen3-Next, Qwen3.5): conv over q, k, v (2 x key_dim + value_dim channels),
+      a k_head_dim x v_head_dim matrix per value head;
+    - ``kda`` (Kimi Delta Attention, Kimi-Linear): conv over q, k, v (3 x heads x head_dim channels),
+      a head_dim x head_dim matrix per head;
+    - ``mamba`` (Mamba-1, Jamba): conv over d_inner channels, d_inner x d_state;
+    - ``mamba2`` (Nemotron-H, Granite 4 hybrids, Falcon-H1, Bamba): conv over d_inner + 2 x n_groups x
+      d_state channels (x and the B, C group projections), heads x head_dim x d_state;
+    - ``lightning`` (MiniMax-Text-01 / M1 lightning attention): no conv, a head_dim x head_dim K^T V
+      matrix per head;
+    - ``short_conv`` (LFM2): only a conv state over hidden_size channels, no recurrent state.
     """
 
     kind: LayerKind = LayerKind.LINEAR
-    family: str  # "gated_delta_net", "mamba", "mamba2"
+    family: str  # "gated_delta_net", "kda", "mamba", "mamba2", "lightning", "short_conv"
     conv_channels: int
     conv_kernel: int
     state_elems: int
     num_heads: int  # the unit tensor parallelism splits
+    state_shape: tuple[int, ...] = ()  # the recurrent state of one sequence (its product is state_elems)
+    # Mamba-2 B/C groups: conv_channels include 2 x n_groups x group_state channels. Engines that shard
+    # groups with heads (vLLM, SGLang) replicate groups when tp does not divide n_groups.
+    n_groups: int = 0
+    group_state: int = 0
+    # Recurrent-state dtypes a checkpoint's config pins (kvplan dtype names, "" when absent): Qwen3.5's
+    # ``mamba_ssm_dtype`` and Nemotron-H's ``mamba_ssm_cache_dtype``; which engine reads which is an
+    # engine rule (kvplan.core.engines).
+    ssm_dtype: str = ""
+    ssm_cache_dtype: str = ""
+    # A softmax attention that runs in parallel in the same layer (Falcon-H1): the layer then holds its
+    # tokens too, and every engine counts both the state and the attention's KV.
+    attention: AttentionLayer | MLALayer | None = None
 
-    holds_tokens = False  # one fixed state per sequence, whatever its length
-    window = 0
-    sliding_window = 0
+    @property
+    def holds_tokens(self) -> bool:
+        """Only a layer with a parallel attention holds tokens; the mixer's state is fixed."""
+        return self.attention is not None
+
+    @property
+    def window(self) -> int:
+        return self.attention.window if self.attention is not None else 0
+
+    @property
+    def sliding_window(self) -> int:
+        return self.attention.sliding_window if self.attention is not None else 0
 
     def skipped_tokens(self, num_tokens: int) -> int:
-        return num_tokens
+        return self.attention.skipped_tokens(num_tokens) if self.attention is not None else num_tokens
 
     def describe(self, num_attention_heads: int) -> str:
-        return f"{self.family} (fixed state)"
+        mixer = f"{self.family} (fixed state)"
+        if self.attention is not None:
+            return f"{self.attention.describe(num_attention_heads)} + {mixer}"
+        return mixer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +261,7 @@ class MoEShape:
     shared_intermediate: int = 0  # all shared experts together (0: none)
     shared_gate: bool = False  # Qwen's sigmoid gate on the shared expert (hidden -> 1)
     bias: bool = False  # expert and router biases (gpt-oss)
+    gated: bool = True  # experts (and the shared expert) are gate+up+down; False: up+down (Nemotron-H's ReLU^2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +300,7 @@ class ArchShape:
     # kind's attention formula, the dense MLP and the MoE: LongCat-Flash's second dense MLP and zero-expert
     # router columns, DeepSeek-V4's whole token mixer and hyper-connections (kvplan.io.families.mla).
     layer_extra_params: tuple[tuple[int, int], ...] = ()
+    mlp_layers: tuple[bool, ...] = ()  # per layer: has the dense MLP (when not MoE); empty: every layer has one
 
 
 @dataclass(frozen=True, kw_only=True)

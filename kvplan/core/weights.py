@@ -119,7 +119,11 @@ def _attention_params(layer: Layer, arch: ArchShape, num_heads: int) -> tuple[in
             whole += (arch.q_lora_rank or h) * n * d + h * d + 2 * d + h * n
         return split, whole
     if isinstance(layer, LinearLayer):
-        return arch.linear_layer_params, 0
+        if layer.attention is None:
+            return arch.linear_layer_params, 0
+        # a parallel attention in the same layer (Falcon-H1): both mixers' weights
+        split, whole = _attention_params(layer.attention, arch, num_heads)
+        return arch.linear_layer_params + split, whole
     return 0, 0
 
 
@@ -156,15 +160,16 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         if moe_here:
             assert arch.moe is not None
             m = arch.moe
-            per_expert = 3 * h * m.expert_intermediate + (2 * m.expert_intermediate + h if m.bias else 0)
+            mats = 3 if m.gated else 2
+            per_expert = mats * h * m.expert_intermediate + (2 * m.expert_intermediate + h if m.bias else 0)
             e = m.num_experts * per_expert
             w += h * m.num_experts + (m.num_experts if m.bias else 0)  # router
             if m.shared_intermediate:
-                s += 3 * h * m.shared_intermediate
+                s += mats * h * m.shared_intermediate
                 w += h if m.shared_gate else 0
             if arch.dense_with_moe:
                 s += _mlp_params(arch, width)
-        else:
+        elif not arch.mlp_layers or (i < len(arch.mlp_layers) and arch.mlp_layers[i]):
             s += _mlp_params(arch, width)
         w += arch.norms_per_layer * h * (2 if arch.norm_bias else 1)
         w += arch.layer_whole_params[i] if i < len(arch.layer_whole_params) else 0

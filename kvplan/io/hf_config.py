@@ -76,6 +76,13 @@ _BOUNDS: dict[str, int] = {
     **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size", "o_lora_rank"), _MAX_WIDTH),
     **dict.fromkeys(("zero_expert_num", "moe_topk"), _MAX_EXPERTS),
     **dict.fromkeys(("o_groups", "hc_mult"), _MAX_SMALL),
+    # hybrid families (kvplan.io.families.hybrid): Mamba-2, KDA, lightning attention, LFM2 short convs
+    **dict.fromkeys(("mamba_num_heads", "mamba_n_heads", "linear_num_heads", "n_groups", "mamba_n_groups"), _MAX_HEADS),
+    **dict.fromkeys(("mamba_head_dim", "mamba_d_head", "ssm_state_size", "linear_head_dim"), _MAX_HEAD_DIM),
+    **dict.fromkeys(("conv_kernel", "expand", "conv_L_cache", "short_conv_kernel_size", "block_multiple_of"), _MAX_SMALL),
+    **dict.fromkeys(("mamba_d_ssm", "block_ff_dim", "moe_shared_expert_intermediate_size"), _MAX_WIDTH),
+    **dict.fromkeys(("num_experts_per_token", "num_shared_experts"), _MAX_EXPERTS),
+    "model_max_length": _MAX_POSITIONS,
 }
 _MAX_OTHER = 1 << 30  # any integer key not listed above
 
@@ -330,7 +337,9 @@ def spec_from_hf_config(
     num_heads = cfg.int("num_attention_heads", "n_head", "num_heads")
     hidden = cfg.int("hidden_size", "n_embd", "d_model")
     dtype = _dtype_name(cfg, notes)
-    max_len = cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", default=0, minimum=0)
+    # model_max_length: Kimi-Linear's name for it (transformers KimiLinearConfig.attribute_map)
+    max_len = cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "model_max_length",
+                      default=0, minimum=0)
     if max_len == 0:
         notes.append("config gives no max_position_embeddings; pass --seq-len")
 

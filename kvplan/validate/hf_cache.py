@@ -40,18 +40,29 @@ def _storages(obj: Any, seen: set[int], out: list[int]) -> int:
 
 
 def cache_storage_bytes(cache: Any) -> CacheMeasurement:
-    """Distinct storage bytes held by each layer of a transformers Cache."""
+    """Distinct storage bytes held by each layer of a transformers Cache (and, for a model that keeps its
+    linear-attention states beside the cache layers, as MiniMax's ``MiniMaxCache.linear_cache`` does, those
+    too, at the same layer index)."""
     seen: set[int] = set()
     per_layer = []
-    for layer in cache.layers:
+    linear = getattr(cache, "linear_cache", None) or []
+    for i in range(max(len(cache.layers), len(linear))):
         held = 0
         # keys/values, linear-attention states, DSA indexer keys (DynamicIndexedLayer) and DeepSeek-V4's
         # compressor state (DeepseekV4HCACache/CSACache: dicts of tensors)
-        for attr in ("keys", "values", "conv_states", "recurrent_states", "indexer_keys", "compressed_kv",
-                     "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate"):
-            held += _storages(getattr(layer, attr, None), seen, [])
+        if i < len(cache.layers):
+            for attr in ("keys", "values", "conv_states", "recurrent_states", "indexer_keys", "compressed_kv",
+                         "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate"):
+                held += _storages(getattr(cache.layers[i], attr, None), seen, [])
+        if i < len(linear):
+            held += _storages(linear[i], seen, [])
         per_layer.append(held)
     return CacheMeasurement(total_bytes=sum(per_layer), per_layer_bytes=tuple(per_layer))
+
+
+# Model types whose modeling file builds a cache class of its own and refuses a DynamicCache
+# (transformers v5.23 models/minimax/modeling_minimax.py: MiniMaxModel.forward creates MiniMaxCache).
+_OWN_CACHE_TYPES = frozenset({"minimax"})
 
 
 def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: int = 0) -> Any:
@@ -89,7 +100,8 @@ def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, see
     gen = torch.Generator().manual_seed(seed)
     vocab = model.config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(device)
-    cache = DynamicCache(config=model.config)
+    own = model.config.get_text_config().model_type in _OWN_CACHE_TYPES
+    cache = None if own else DynamicCache(config=model.config)  # None: the model creates its own
     with torch.no_grad():
         out = model(input_ids=ids, past_key_values=cache, use_cache=True)
         cache = out.past_key_values

@@ -118,7 +118,8 @@ def test_layer_kinds_agree_with_transformers(name):
     to_kind = {"full_attention": LayerKind.FULL, "sliding_attention": LayerKind.SLIDING,
                "chunked_attention": LayerKind.CHUNKED, "linear_attention": LayerKind.LINEAR,
                "mamba": LayerKind.LINEAR, "dummy": LayerKind.NONE,
-               "indexed_attention": LayerKind.FULL}  # MLA with a DSA indexer (DynamicIndexedLayer)
+               "indexed_attention": LayerKind.FULL,  # MLA with a DSA indexer (DynamicIndexedLayer)
+               "conv": LayerKind.LINEAR, "hybrid": LayerKind.LINEAR}  # hybrid: linear state + full attention
     # MLA is full attention; DeepSeek-V4's layers are named by their compression ratio in transformers
     v4_types = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
     ours = [LayerKind.FULL if layer.kind is LayerKind.MLA
@@ -126,6 +127,8 @@ def test_layer_kinds_agree_with_transformers(name):
             else layer.kind for layer in spec.layers]
     assert [to_kind.get(t, t) if not isinstance(layer, CompressedLayer) else t
             for t, layer in zip(types, spec.layers)] == ours
+    # transformers' "hybrid" layers (Falcon-H1) hold a full attention beside the state, and only they do
+    assert [t == "hybrid" for t in types] == [getattr(layer, "attention", None) is not None for layer in spec.layers]
     for layer, kw in zip(spec.layers, kwargs):
         if isinstance(layer, AttentionLayer) and layer.kind is not LayerKind.FULL:
             assert kw["sliding_window"] == layer.window

@@ -98,8 +98,8 @@ class SGLangBudget(EngineBudget):
     def _pool(self, req: FitRequest, setup: Setup, stage: Stage) -> _Pool:
         eng, dtype = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype)
         layers, rest = allocated_layers(req.spec, stage.layers), stage.kv_bytes  # KV-shared layers: buffers too
-        full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
-                        if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING) and not isinstance(x, LinearLayer))
+        full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers  # a linear layer's: its parallel attention's
+                        if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING))
         swa_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
                        if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
         mamba_per_req = sum(eng.linear_state_bytes(x, req.spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
@@ -130,7 +130,7 @@ class SGLangBudget(EngineBudget):
         pooled = allocated_layers(spec, spec.layers)  # as SGLang allocates them (windows only for hybrid-SWA models)
         windows = [x.window for x in pooled if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
         full_layers = any(isinstance(x, MLALayer) or (isinstance(x, AttentionLayer) and x.kind is not LayerKind.SLIDING)
-                          for x in pooled)
+                          or (isinstance(x, LinearLayer) and x.holds_tokens) for x in pooled)
         window = max(windows) if windows else 0
         swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
         upper = max(spec.max_model_len, max_len)
@@ -164,8 +164,7 @@ class SGLangBudget(EngineBudget):
             notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated "
                          f"activation + CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower "
                          "mem_fraction_static")
-        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in allocated_layers(spec, stage.layers)
-                       if not isinstance(x, LinearLayer))
+        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in allocated_layers(spec, stage.layers))
         return Capacity(
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
             block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,

@@ -28,6 +28,7 @@ from kvplan.errors import ConfigError, InputError
 
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
 KERNEL_BLOCK_ALIGN = 16
+MLA_HYBRID_BLOCK_ALIGN = 128  # 0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size (MLA + Mamba)
 
 # Kernel block sizes of vLLM's MLA backends (0.20.0: each backend's get_supported_kernel_block_sizes):
 # the first is what kvplan plans with unless --block-size picks another allowed one; () takes any
@@ -165,10 +166,18 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
     if v4:
         return v4_layout(v4)
     buckets: dict[tuple, list[Layer]] = {}
+    has_mla = False
     for layer in layers:
         if isinstance(layer, LinearLayer):
             key: tuple = (LayerKind.LINEAR, 0, eng.linear_state_bytes(layer, model_dtype, tp)[0])
-        elif isinstance(layer, (AttentionLayer, MLALayer)):
+            buckets.setdefault(key, []).append(layer)
+            if layer.attention is None:
+                continue
+            # A parallel attention (Falcon-H1) is a layer of its own in vLLM's KV config (falcon_h1.py
+            # FalconH1ParallelHybrid holds an Attention and a MambaMixer2): it joins the attention buckets.
+            layer = layer.attention
+        if isinstance(layer, (AttentionLayer, MLALayer)):
+            has_mla = has_mla or isinstance(layer, MLALayer)
             window = layer.window if isinstance(layer, AttentionLayer) and hybrid else 0
             kind = layer.kind if layer.kind is not LayerKind.MLA and hybrid else LayerKind.FULL
             key = (kind, window, eng.slot_bytes(layer, kv_dtype, tp)[0])
@@ -190,8 +199,9 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
     linear_bytes = max((k[2] for k in buckets if k[0] is LayerKind.LINEAR), default=0)
     if linear_bytes and attn_tok:
         # Attention block size = 16 x cdiv(mamba page, 16 x attention bytes per token); the mamba page is
-        # padded to match (vllm/platforms/interface.py).
-        align = max(KERNEL_BLOCK_ALIGN, requested_block_size or 0)
+        # padded to match (vllm/platforms/interface.py). MLA hybrids (Kimi-Linear) align to 128 tokens
+        # (0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size, "if model_config.use_mla").
+        align = max(KERNEL_BLOCK_ALIGN, requested_block_size or 0, MLA_HYBRID_BLOCK_ALIGN if has_mla else 0)
         block_size = align * cdiv(linear_bytes, align * attn_tok)
         page = block_size * attn_tok
     elif linear_bytes:

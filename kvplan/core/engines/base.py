@@ -64,6 +64,9 @@ class Engine:
     # What the engine accepts (empty: anything kvplan can size). kvplan's dtype names, after aliases.
     kv_cache_dtypes: tuple[str, ...] = ()
     block_sizes: tuple[int, ...] = ()
+    # Linear-layer families whose B/C groups are sharded with the heads, so that groups are replicated up
+    # to tp when tp does not divide n_groups (vLLM, SGLang: ``extra_groups_for_head_shards``); () for none.
+    replicated_group_families: tuple[str, ...] = ()
 
     def check_kv_dtype(self, kv_dtype: str) -> None:
         """Refuse a KV dtype this engine has no option for (``auto`` is always the model's own)."""
@@ -82,8 +85,11 @@ class Engine:
     def token_vectors(self, layer: Layer, tp: int) -> list[tuple[tuple[int, ...], int]]:
         """Per token slot: [(heads on each rank, elements per vector)], one entry for K, one for V.
 
-        MLA latent is one vector of ``kv_lora_rank + qk_rope_head_dim``, replicated on every rank.
+        MLA latent is one vector of ``kv_lora_rank + qk_rope_head_dim``, replicated on every rank. A linear
+        layer stores nothing per token unless it runs an attention in parallel (Falcon-H1): that one's vectors.
         """
+        if isinstance(layer, LinearLayer):
+            return self.token_vectors(layer.attention, tp) if layer.attention is not None else []
         if isinstance(layer, AttentionLayer):
             heads = split_heads(layer.num_kv_heads, tp, strict=self.strict_tp)
             return [(heads, layer.k_head_dim), (heads, layer.v_head_dim)]
@@ -153,7 +159,15 @@ class Engine:
     def linear_state_elems(self, layer: LinearLayer) -> tuple[int, int]:
         """(conv elements, recurrent elements) one sequence holds in one layer, all ranks."""
         width = layer.conv_kernel if self.linear_conv_keeps_full_kernel else layer.conv_kernel - 1
-        return layer.conv_channels * width, layer.state_elems
+        return layer.conv_channels * max(0, width), layer.state_elems
+
+    def linear_conv_channels(self, layer: LinearLayer, tp: int) -> int:
+        """Conv channels of one layer over all ``tp`` ranks: the layer's own, plus the replicated B/C groups of
+        an engine that shards groups with heads when tp does not divide n_groups (each rank then holds its
+        own copy of a group: n_groups + tp - n_groups groups in all)."""
+        if layer.family not in self.replicated_group_families or not layer.n_groups or layer.n_groups % tp == 0:
+            return layer.conv_channels
+        return layer.conv_channels + 2 * (tp - layer.n_groups) * layer.group_state
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         """(conv dtype, recurrent dtype): the model's own, KV quantization does not apply."""
@@ -162,6 +176,9 @@ class Engine:
 
     def linear_state_bytes(self, layer: LinearLayer, model_dtype: str, tp: int) -> tuple[int, ...]:
         conv_elems, state_elems = self.linear_state_elems(layer)
+        channels = self.linear_conv_channels(layer, tp)
+        if channels != layer.conv_channels:
+            conv_elems = conv_elems // layer.conv_channels * channels
         conv_dtype, state_dtype = self.linear_state_dtypes(layer, model_dtype)
         total = conv_dtype.vector_bytes(conv_elems) + state_dtype.vector_bytes(state_elems)
         heads = split_heads(layer.num_heads, tp, strict=self.strict_tp)

@@ -30,6 +30,16 @@ Source: transformers v5.23 ``src/transformers/cache_utils.py``.
   the prefill to ``conv_kernel_size`` columns) plus the recurrent state. The gated-delta-net
   recurrent state is float32 whatever the model dtype: ``torch_chunk_gated_delta_rule`` in
   ``models/qwen3_next/modeling_qwen3_next.py`` computes in float32 and returns that state.
+- The other mixers, each checked byte for byte (tests/validate/test_hf_cache_hybrid.py): Kimi Delta
+  Attention keeps its recurrent state in float32 (``models/kimi_linear/modeling_kimi_linear.py``
+  casts ``last_recurrent_state.to(torch.float32)`` before ``update_recurrent_state``); Mamba-2
+  (``models/nemotron_h``, ``granitemoehybrid``, ``falcon_h1``, ``bamba``) caches the scan's final
+  state, which the chunked scan returns in float32; Qwen3.5's gated delta net is Qwen3-Next's (float32).
+  MiniMax lightning attention keeps its K^T V matrix in the model dtype in ``MiniMaxCache.linear_cache``
+  (``models/minimax/modeling_minimax.py``, a cache of its own, not ``DynamicCache``); LFM2's short
+  convolutions keep only the conv state (``models/lfm2/modeling_lfm2.py``, ``Lfm2ShortConv``).
+- Falcon-H1 caches attention and Mamba-2 in one "hybrid" layer
+  (``LinearAttentionAndFullAttentionLayer``): both counted.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from dataclasses import dataclass
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines.base import Engine
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, ModelSpec
+
+# Mixers whose recurrent state transformers keeps in float32 whatever the model dtype (see above).
+_FP32_STATE_FAMILIES = frozenset({"gated_delta_net", "kda", "mamba2"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +71,7 @@ class HFEngine(Engine):
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         conv, state = super().linear_state_dtypes(layer, model_dtype)
-        if layer.family == "gated_delta_net":
+        if layer.family in _FP32_STATE_FAMILIES:
             state = get_dtype("fp32")
         return conv, state
 

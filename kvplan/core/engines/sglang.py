@@ -11,8 +11,14 @@ Sources (sgl-project/sglang, python/sglang/srt/):
   ``is_hybrid_swa``). Every other model's sliding layers (Gemma 2/3/3n, Mistral, OLMo 3, Phi-3) get a buffer
   of the full pool in ``MHATokenToKVPool`` like a full-attention layer: kvplan sizes them as full layers.
 - Mamba/linear layers (``MambaPool``, sized in ``model_runner_kv_cache_mixin.py:handle_max_mamba_cache``):
-  conv state of kernel-1 columns in the model dtype plus the temporal (SSM) state in
-  ``mamba_ssm_dtype``, float32 by default.
+  conv state of kernel-1 columns plus the temporal (SSM) state. Dtypes (0.5.10:
+  ``configs/mamba_utils.py::mamba2_state_dtype``): conv ``SGLANG_MAMBA_CONV_DTYPE`` (``environ.py``
+  default bfloat16, whatever the model dtype), temporal the config's ``mamba_ssm_dtype`` (Qwen3.5:
+  float32), float32 when absent. Shapes (``Mamba2StateShape.create``, ``KimiLinearStateShape.create``,
+  each model's ``configs/<model>.py::mamba2_cache_params``): as vLLM's, with groups replicated up to tp
+  when tp does not divide them (Mamba-2 and gated delta net, whose key heads are its groups). SGLang
+  0.5.10 has no MiniMax-Text-01 / M1 model (``python/sglang/srt/models``): lightning layers are sized
+  as its pool would hold them, an estimate.
 - Cross-layer KV sharing (Gemma 3n, Gemma 4; read in 0.5.23): a KV-shared layer's ``RadixAttention`` is
   given its target's ``layer_id`` and never saves K/V (``models/gemma3n_causal.py``,
   ``models/gemma4_causal.py``), but the pools still hold a buffer for every one of the
@@ -85,10 +91,10 @@ class SGLangEngine(PagedEngine):
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         layers = allocated_layers(spec, spec.layers)
         return spec if layers == spec.layers else dataclasses.replace(spec, layers=layers)
+    replicated_group_families: tuple[str, ...] = ("mamba2", "gated_delta_net")
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
-        conv, _ = super().linear_state_dtypes(layer, model_dtype)
-        return conv, get_dtype("fp32")
+        return get_dtype("bf16"), get_dtype(layer.ssm_dtype or "fp32")
 
     def indexer_slot_bytes(self, layer: MLALayer | CompressedLayer, kv_dtype: KVDtype) -> int:
         return INDEXER_FP8.vector_bytes(layer.indexer_head_dim) if layer.indexer_head_dim else 0

@@ -28,6 +28,17 @@ Sources (vllm-project/vllm, v1 engine):
   the indexer's own compressor at 128). The default FlashMLA sparse backend stores entries in ``fp8_ds_mla``
   (448 fp8 + 64 bf16 RoPE values + 8 B of scales = 584 B; ``--kv-cache-dtype auto`` resolves to it,
   ``_resolve_dsv4_kv_cache_dtype``), every page padded to a multiple of 576 B (``_apply_alignment_padding``).
+  Shapes and dtypes per mixer (0.33.0: ``vllm/model_executor/layers/mamba/mamba_utils.py``
+  ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator``, called from each model's
+  ``get_mamba_state_shape_from_config`` / ``get_mamba_state_dtype_from_config``): conv states in the
+  model dtype (``mamba_cache_dtype`` auto); recurrent states in the model dtype too
+  (``mamba_ssm_cache_dtype`` auto), except Kimi Delta Attention (``kda_state_dtype``: float32 when
+  auto), Nemotron-H (``model_executor/models/config.py::NemotronHForCausalLMConfig``: the config's
+  ``mamba_ssm_cache_dtype``, float32 by default) and Qwen3.5 (``Qwen3_5ForConditionalGenerationConfig``:
+  the config's ``mamba_ssm_dtype``). Mamba-2 groups are replicated up to tp when tp does not divide
+  them (``mamba2_state_shape``, ``extra_groups_for_head_shards``). Lightning attention (MiniMax) is
+  ``linear_attention_state_shape``: heads x head_dim x head_dim, no conv; vLLM removed the
+  MiniMax-Text-01 model class after 0.23.0 (``registry.py`` ``_PREVIOUSLY_SUPPORTED_MODELS``).
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ from dataclasses import dataclass
 
 from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
 from kvplan.core.engines.base import Engine, cdiv
-from kvplan.core.spec import CompressedLayer, Layer, MLALayer
+from kvplan.core.spec import CompressedLayer, Layer, LinearLayer, MLALayer
 
 # DeepSeek-V4 in vLLM 0.33.0 (see the module docstring for each file):
 V4_SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
@@ -87,6 +98,18 @@ class VLLMEngine(PagedEngine):
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla",
                                         "fp8_per_token_head", "int8_per_token_head")
     block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
+    replicated_group_families: tuple[str, ...] = ("mamba2",)
+
+    def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
+        """Conv in the model dtype; the recurrent state as the model's config class pins it (module docstring)."""
+        conv = get_dtype(model_dtype)
+        if layer.family == "kda":
+            return conv, get_dtype("fp32")
+        if layer.family == "mamba2" and layer.ssm_cache_dtype:
+            return conv, get_dtype(layer.ssm_cache_dtype)
+        if layer.family == "gated_delta_net" and layer.ssm_dtype:
+            return conv, get_dtype(layer.ssm_dtype)
+        return conv, conv
 
     def indexer_slot_bytes(self, layer: MLALayer | CompressedLayer, kv_dtype: KVDtype) -> int:
         """The DSA indexer key: 128 fp8 values + an fp32 scale per 128, whatever the KV dtype (132 B)."""

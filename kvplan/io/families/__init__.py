@@ -19,7 +19,10 @@ _MODULE_TYPES: dict[str, tuple[str, ...]] = {
     "kvplan.io.families.mla": ("deepseek_v32", "glm_moe_dsa", "longcat_flash", "kimi_k2", "deepseek_v4"),
 
     # hybrids of attention with linear-attention / state-space mixers
-    "kvplan.io.families.hybrid": (),
+    "kvplan.io.families.hybrid": (
+        "kimi_linear", "minimax", "minimax_text_01", "minimax_m1", "nemotron_h", "granitemoehybrid", "bamba",
+        "falcon_h1", "lfm2", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+    ),
 
     # softmax attention with per-layer shapes and cross-layer KV sharing
     "kvplan.io.families.attention": ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text", "olmo3", "seed_oss",

@@ -14,8 +14,9 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvplan.core.sim.model import AllocatorSpec, Preemption, SimConfig, SimRequest, StepModel, allocator_spec
-from kvplan.core.sim.workload import Arrivals, LengthDist, clip_request, synthetic_draws
+from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, SimConfig, SimRequest, StepModel,
+                                   allocator_spec)
+from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthetic_columns
 from kvplan.errors import ConfigError, InputError, KvplanError
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
@@ -219,7 +220,7 @@ class WorkloadFile(_Strict):
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     name: str
-    requests: list[SimRequest]
+    requests: RequestArrays | list[SimRequest]  # RequestArrays from files: flat columns, read as SimRequest values
     config: SimConfig
     allocators: list[AllocatorSpec]
     bytes_per_token: int  # KV bytes of one token slot on one GPU (0 when the pool was given in tokens)
@@ -380,7 +381,7 @@ def load_workload_file(path: Path) -> WorkloadFile:
 
 
 def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
-                   notes: list[str] | None = None) -> list[SimRequest]:
+                   notes: list[str] | None = None) -> RequestArrays:
     """The requests; ``notes`` gets a line when prompts shorter than the shared prefix were raised to it."""
     base = origin.parent
     r, sh = wf.requests, wf.sharing
@@ -391,14 +392,11 @@ def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
         if not path.is_file():
             raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
         rows = read_trace(path, r.limit)
-        out = []
-        raised = 0
-        for i, (t, p, o) in enumerate(rows):
-            raised += p < prefix
-            out.append(_request(origin, i, t / r.time_scale, p, o, max_model_len=max_model_len, shared_prefix=prefix,
-                                n=n, clip_prompt=False))
-        _note_raised(notes, raised, len(out), prefix)
-        return out
+        times = [t / r.time_scale for t, _, _ in rows]
+        prompts = [p for _, p, _ in rows]
+        _note_raised(notes, sum(1 for p in prompts if p < prefix), len(rows), prefix)
+        return _requests(origin, times, prompts, [o for _, _, o in rows], max_model_len=max_model_len,
+                         shared_prefix=prefix, n=n, clip_prompt=False)
     missing = [k for k in ("count", "arrival", "prompt_tokens", "output_tokens") if getattr(r, k) is None]
     if missing:
         raise ConfigError(f"{origin}: requests: give a trace, or count, arrival, prompt_tokens and output_tokens "
@@ -410,17 +408,16 @@ def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
             lengths.append(_length(spec, base))
         except ConfigError as exc:
             raise ConfigError(f"{origin}: requests.{key}: {exc}") from None
-    draws = synthetic_draws(
+    times, prompts, outputs = synthetic_columns(
         count=r.count, arrivals=Arrivals(process=r.arrival.process, rate=r.arrival.rate, cv=r.arrival.cv),
         prompt=lengths[0], output=lengths[1], seed=r.seed)
-    _note_raised(notes, sum(p < prefix for _, p, _ in draws), len(draws), prefix)
-    return [_request(origin, i, t, p, o, max_model_len=max_model_len, shared_prefix=prefix, n=n)
-            for i, (t, p, o) in enumerate(draws)]
+    _note_raised(notes, sum(1 for p in prompts if p < prefix), len(prompts), prefix)
+    return _requests(origin, times, prompts, outputs, max_model_len=max_model_len, shared_prefix=prefix, n=n)
 
 
-def _request(origin: Path, i: int, t: float, p: int, o: int, **kw) -> SimRequest:
+def _requests(origin: Path, times: list[float], prompts: list[int], outputs: list[int], **kw) -> RequestArrays:
     try:
-        return clip_request(i, t, p, o, **kw)
+        return clip_columns(times, prompts, outputs, **kw)
     except InputError as exc:
         raise ConfigError(f"{origin}: requests: {exc}") from None
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
+from bisect import bisect_right
 from heapq import heappop, heappush
 from itertools import pairwise
 from math import isqrt
@@ -42,7 +43,9 @@ _MASK = (1 << _SHIFT) - 1
 _FAR = 1 << 62  # "no event": past any step a run can reach
 
 # a running group's record (a list, indexed by these positions)
-_I, _TB, _N, _SADM, _SENTER, _WASTE, _GSH, _OFFS, _REGION, _ADMIT, _TTFT = range(11)
+# _WFROM: the first step its unused slots are waste (contiguous: admission; paged: its tokens reach the
+# last block, or admission if later); _WASTE: those slots
+_I, _TB, _N, _WFROM, _WASTE, _GSH, _OFFS, _REGION, _ADMIT, _TTFT = range(10)
 
 
 def simulate(requests: Iterable[SimRequest] | RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, *,
@@ -115,6 +118,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     s = now = 0
     nxt = lo = 0  # arrived: [0, nxt); waiting fresh (never admitted): [lo, nxt)
     front: deque[int] = deque()  # preempted requests, waiting at the head of the queue
+    nfront = 0  # len(front)
     held: dict[int, tuple[int, int, int]] = {}  # preempted request -> (tokens, admission clock, first-token clock)
     running: dict[int, list] = {}  # admission order -> record (insertion ordered: oldest first)
     heap: list[int] = []  # completions: step << _SHIFT | admission order (stale once preempted)
@@ -141,16 +145,19 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     # freed since (steps without an event only grow), so another attempt would end the same way: skip it
     settled = False
     blocked = None
-    while nxt < total or front or lo < nxt or running:
-        if not running and not front and lo == nxt and arr[nxt] > now:
+    size_of = head_size = -1  # contiguous: the last request whose region was sized, and the size
+    need_of = head_need = -1  # paged: the last request whose blocks were counted, and the count
+    while nxt < total or nfront or lo < nxt or running:
+        if not running and not nfront and lo == nxt and arr[nxt] > now:
             now = arr[nxt]  # idle until the next arrival
 
         # -- step s in full: arrivals (rule 1), growth and preemption (2), admission (3) ---------------
         while nxt < total and arr[nxt] <= now:
             nxt += 1
-        if len(front) + nxt - lo > peak_waiting:  # noqa: PLR1730 (a comparison is cheaper than a call here)
-            peak_waiting = len(front) + nxt - lo
+        if nfront + nxt - lo > peak_waiting:  # noqa: PLR1730 (a comparison is cheaper than a call here)
+            peak_waiting = nfront + nxt - lo
         preempted = False
+        b_now = 0  # paged: blocks held at step s
         if paged and running:
             b_now = (U + N * s + slack[s % B]) // B
             if b_now > P:
@@ -169,42 +176,43 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     released += (gsh - Pb) + n * (-(-t // B) - gsh)
                     victims.append(o_)
                 for o_ in victims:  # youngest first, each to the front of the queue
-                    r = running.pop(o_)
-                    i, tb, n, gsh = r[_I], r[_TB], r[_N], r[_GSH]
+                    i, tb, n, wfrom, waste, gsh, _, _, admit_ps, ttft_ps = running.pop(o_)
                     N -= n
                     U -= B * ((gsh - Pb) - n * gsh) + n * tb
                     row = rows[tb % B]
                     slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
-                    x = r[_SENTER] if r[_SENTER] > r[_SADM] else r[_SADM]
-                    if s > x:  # its waste counts up to step s - 1: it has not grown this step
-                        sum_int += r[_WASTE] * (s - x)
-                    held[i] = (tb + s - 1, r[_ADMIT], r[_TTFT])
+                    if s > wfrom:  # its waste counts up to step s - 1: it has not grown this step
+                        sum_int += waste * (s - wfrom)
+                    held[i] = (tb + s - 1, admit_ps, ttft_ps)
                     front.appendleft(i)
+                    nfront += 1
                     preemptions += 1
                 preempted = bool(victims)
+                need_of = -1  # a victim's tokens changed while it ran
         if paged:
             while heap and (heap[0] & _MASK) not in running:
                 heappop(heap)  # stale: preempted since
             assert not heap or heap[0] >> _SHIFT >= s, "a completion was missed"
 
         prefill = 0
-        first_new = order + 1  # admission orders from here on: admitted at this step
+        fresh = []  # admitted for the first time at this step
         if preempted:
             blocked = None
             settled = False
         elif not settled:
             blocked = None
+            ext_now = 0
             seqs = N
-            if paged:
-                free_blocks = P - ((U + N * s + slack[s % B]) // B if running else 0)
-            while front or lo < nxt:
-                if front:
+            free_blocks = P - b_now  # paged
+            while nfront or lo < nxt:
+                if nfront:
                     i = front[0]
                     t, admit_ps, ttft_ps = held[i]
                     started = True
+                    p_i = prm[i]
                 else:
                     i = lo
-                    t = prm[i]
+                    t = p_i = prm[i]
                     started = False
                 n = nsq[i]
                 if seqs + n > max_seqs:
@@ -214,10 +222,17 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                 if cost > mnbt - prefill and prefill:  # model.fits_budget
                     blocked = "budget"
                     break
-                f = prm[i] + out[i]
+                o_i = out[i]
+                f = p_i + o_i
                 if paged:
-                    gsh = prm[i] // B if n > 1 else Pb
-                    need = (gsh - Pb) + n * (-(-t // B) - gsh) + (0 if running else Pb)
+                    gsh = p_i // B if n > 1 else Pb
+                    if i != need_of:  # the head blocked at the last attempt is asked again: its need is kept
+                        need = (gsh - Pb) + n * (-(-t // B) - gsh)
+                        need_of, head_need = i, need
+                    else:
+                        need = head_need
+                    if not running:
+                        need += Pb  # the shared prefix's blocks come back with the first request
                     if need > free_blocks:
                         blocked = "memory"
                         break
@@ -225,9 +240,13 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     offs, size = (), 0
                 else:
                     gsh = 0
-                    size = mml if r_max else (min(prm[i] + (1 << (out[i] - 1).bit_length()), mml) if r_pow2 else f)
-                    if buddy:
-                        size = 1 << (size - 1).bit_length()
+                    if i != size_of:  # the head blocked at the last attempt is asked again: its size is kept
+                        size = mml if r_max else (min(p_i + (1 << (o_i - 1).bit_length()), mml) if r_pow2 else f)
+                        if buddy:
+                            size = 1 << (size - 1).bit_length()
+                        size_of, head_size = i, size
+                    else:
+                        size = head_size
                     if pool - alloc_contig < n * size:
                         blocked = "memory"
                         break
@@ -235,6 +254,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                         off = allocate(size)
                         if off is None:
                             blocked = "memory"
+                            ext_now = pool - alloc_contig  # room enough in total, none in one piece
                             break
                         offs = (off,)
                     else:
@@ -248,10 +268,12 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                             for off in got:
                                 release(off)
                             blocked = "memory"
+                            ext_now = pool - alloc_contig
                             break
                         offs = tuple(got)
                 if started:
                     front.popleft()
+                    nfront -= 1
                     del held[i]
                 else:
                     lo += 1
@@ -262,24 +284,24 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                 tb = t - s
                 if paged:
                     blocks_f = -(-f // B)
-                    r = [i, tb, n, s, B * (blocks_f - 1) + 1 - tb, n * (B * blocks_f - f), gsh, offs, size,
-                         admit_ps, ttft_ps]
+                    wfrom = B * (blocks_f - 1) + 1 - tb  # the step its tokens enter the last block
+                    r = [i, tb, n, wfrom if wfrom > s else s, n * (B * blocks_f - f), gsh, offs, size, admit_ps,
+                         ttft_ps]
                     U += B * ((gsh - Pb) - n * gsh) + n * tb
                     row = rows[tb % B]
                     slack = list(map(add, slack, row)) if n == 1 else [a + n * b for a, b in zip(slack, row)]
                 else:
-                    r = [i, tb, n, s, s, n * (size - f), gsh, offs, size, admit_ps, ttft_ps]
+                    r = [i, tb, n, s, n * (size - f), gsh, offs, size, admit_ps, ttft_ps]
                     U += n * tb
                     alloc_contig += n * size
                 running[order] = r
+                if ttft_ps < 0:
+                    fresh.append(r)
                 N += n
                 heappush(heap, (f - tb) << _SHIFT | order)  # completes at the end of that step
                 seqs += n
-            ext_now = 0
-            if blocked == "memory" and not paged and pool - alloc_contig >= n * size:
-                ext_now = pool - alloc_contig  # room enough in total, none in one piece: external fragmentation
             settled = blocked == "memory" or blocked == "seqs"
-        waiting = front or lo < nxt
+        waiting = nfront or lo < nxt
         # progress guard (rule 6): admission ran, yet nothing runs, so nothing will ever free memory or
         # budget for the head of the queue
         stuck = not preempted and not running and bool(waiting)
@@ -344,12 +366,10 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         after = now + pre_ps + count * base + tok * used_sum  # the clock at the end of step end - 1
         if N:
             busy += after - now
-        if order >= first_new:  # the first token comes out of the step that prefilled the prompt
+        if fresh:  # the first token comes out of the step that prefilled the prompt
             first_token = now + pre_ps + base + tok * u0
-            for o_ in range(first_new, order + 1):
-                r = running[o_]
-                if r[_TTFT] < 0:
-                    r[_TTFT] = first_token
+            for r in fresh:
+                r[_TTFT] = first_token
         if count > 1 or tl_every:
             last_used = u0 + N * (count - 1)
             last_start = after - base - tok * last_used - (pre_ps if count == 1 else 0)
@@ -361,10 +381,9 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     del timeline[1::2]
                     tl_every *= 2
             if waiting and count > 1:  # arrivals during the run join the queue behind its blocked head
-                while nxt < total and arr[nxt] <= last_start:
-                    nxt += 1
-                if len(front) + nxt - lo > peak_waiting:  # noqa: PLR1730
-                    peak_waiting = len(front) + nxt - lo
+                nxt = bisect_right(arr, last_start, nxt)
+                if nfront + nxt - lo > peak_waiting:  # noqa: PLR1730
+                    peak_waiting = nfront + nxt - lo
         now = after
         steps += count
         s = end - 1
@@ -375,25 +394,24 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
             r = running.pop(heappop(heap) & _MASK, None)
             if r is None:
                 continue  # stale: preempted since
-            i, tb, n, gsh = r[_I], r[_TB], r[_N], r[_GSH]
+            i, tb, n, wfrom, waste, gsh, offs, size, admit_ps, ttft_ps = r
             N -= n
-            x = r[_SENTER] if r[_SENTER] > r[_SADM] else r[_SADM]
-            if s >= x:
-                sum_int += r[_WASTE] * (s - x + 1)
+            if s >= wfrom:
+                sum_int += waste * (s - wfrom + 1)
             if paged:
                 U -= B * ((gsh - Pb) - n * gsh) + n * tb
                 row = rows[tb % B]
                 slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
             else:
                 U -= n * tb
-                alloc_contig -= n * r[_REGION]
-                for off in r[_OFFS]:
+                alloc_contig -= n * size
+                for off in offs:
                     release(off)
             completed += 1
             generated += n * out[i]
             a = arr[i]
-            lat_queue.append(r[_ADMIT] - a)
-            lat_ttft.append(r[_TTFT] - a)
+            lat_queue.append(admit_ps - a)
+            lat_ttft.append(ttft_ps - a)
             lat_e2e.append(now - a)
             freed = True
         if freed:
@@ -404,8 +422,9 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
             reasons[why] = reasons.get(why, 0) + 1
             rejected += 1
             settled = False
-            if front:
+            if nfront:
                 del held[front.popleft()]
+                nfront -= 1
             else:
                 lo += 1
         if progress is not None and completed + rejected >= next_report:
@@ -434,7 +453,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
 def _point(timeline: list, running: dict, pool: int, x: int, clock: int, used: int, allocated: int,
            ext: int) -> None:
     """A timeline point: (step, clock ps at its start, token, reserved, internal, external, free slots)."""
-    internal = sum(r[_WASTE] for r in running.values() if x >= r[_SENTER])
+    internal = sum(r[_WASTE] for r in running.values() if x >= r[_WFROM])
     timeline.append((x, clock, used, allocated - used - internal, internal, ext, pool - allocated - ext))
 
 
@@ -445,10 +464,10 @@ def _check_invariants(v: dict) -> None:
     accounted = (v["completed"] + sum(v["reasons"].values()) + len(running) + len(v["front"])
                  + (v["nxt"] - v["lo"]) + (v["total"] - v["nxt"]))
     assert accounted == v["n_total"], "a request was lost"
-    assert set(v["front"]) == set(v["held"]) and len(v["front"]) == len(v["held"])
+    assert set(v["front"]) == set(v["held"]) and len(v["front"]) == len(v["held"]) == v["nfront"]
     used, allocated = v["used"], v["allocated"]
     assert 0 <= used <= allocated <= v["pool"], (used, allocated)
-    internal = sum(r[_WASTE] for r in running.values() if s >= r[_SENTER])
+    internal = sum(r[_WASTE] for r in running.values() if s >= r[_WFROM])
     assert 0 <= internal <= allocated - used
     assert v["N"] == sum(r[_N] for r in running.values())
     Pb = v["Pb"]

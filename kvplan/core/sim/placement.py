@@ -9,8 +9,6 @@ out of placement rather than out of a constant.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from kvplan.core.sim.model import next_pow2
 
 
@@ -27,7 +25,6 @@ class BuddyAllocator:
                 self._push(order, offset)
                 self.top_order[offset] = order
                 offset += 1 << order
-        self.tops = sorted(self.top_order)
         self.used: dict[int, int] = {}  # offset -> order of allocated blocks
 
     @staticmethod
@@ -64,11 +61,11 @@ class BuddyAllocator:
 
     def free(self, offset: int) -> None:
         order = self.used.pop(offset)
-        tops = self.tops
-        top = self.top_order[tops[bisect_right(tops, offset) - 1]] if len(tops) > 1 else self.top_order[0]
         lists = self.free_lists
         nonempty = self.nonempty
-        while order < top:  # coalesce with free buddies
+        # Coalesce with free buddies. No bound is needed at a top block: its buddy (start + size) is where
+        # the next, smaller top block starts (or the pool ends), and no block of its size can begin there.
+        while True:
             buddy = offset ^ (1 << order)
             blocks = lists[order]
             if buddy not in blocks:

@@ -199,6 +199,18 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         if preempted:
             blocked = None
             settled = False
+            if running:
+                # Step s admits nothing (rule 3). Would step s + 1 admit the head, the oldest victim? If
+                # not, the steps from s + 1 on are settled and the run goes on to the next event.
+                i = front[0]
+                n = nsq[i]
+                if N + n > max_seqs:
+                    blocked = "seqs"
+                else:
+                    gsh = prm[i] // B if n > 1 else Pb
+                    if (gsh - Pb) + n * (-(-held[i][0] // B) - gsh) > P - (U + N * (s + 1) + slack[(s + 1) % B]) // B:
+                        blocked = "memory"
+                settled = blocked is not None
         elif not settled:
             blocked = None
             ext_now = 0
@@ -313,7 +325,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         # -- steps [s, end) in closed form: from here on until the next event, every running sequence
         # just gains a token per step and nothing can be admitted (the attempt at s decided it)
         pre_ps = pre * prefill  # step s's prefill compute
-        if not running or preempted or stuck or (blocked == "budget" and prefill):
+        if not running or (preempted and not settled) or stuck or (blocked == "budget" and prefill):
             end = s + 1  # the next step must try again (or nothing runs)
         else:
             c = heap[0] >> _SHIFT  # the next completion, at the end of step c

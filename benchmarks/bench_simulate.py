@@ -3,7 +3,7 @@
 Run: python benchmarks/bench_simulate.py [--quick]
 The workload is configs/workloads/vllm-paper-sharegpt.yaml (OPT-13B, 12 GiB pool, the four
 allocators) with the request count and Poisson rate replaced: 10k and 100k requests at a moderate
-(2.5/s) and an overloaded (20/s) rate, then 1M at 20/s (--quick: 100k at 20/s and 1M only).
+(2.5/s) and an overloaded (20/s) rate, then 1M at 2.5/s (--quick: 100k and 1M at 2.5/s only).
 
 For each case it prints the time to generate the requests, each allocator's CPU seconds
 (``time.process_time()``, one process: what load from other processes disturbs least) and wall
@@ -126,10 +126,10 @@ def run(count: int, rate: float, *, serial: bool) -> dict:
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    cases = [(100_000, 20.0, True)] if quick else [(10_000, 2.5, True), (100_000, 2.5, True), (10_000, 20.0, True),
-                                                   (100_000, 20.0, True)]
+    cases = [(100_000, 2.5, True)] if quick else [(10_000, 2.5, True), (100_000, 2.5, True), (10_000, 20.0, True),
+                                                  (100_000, 20.0, True)]
     results = [run(count, rate, serial=serial) for count, rate, serial in cases]
-    big = run(1_000_000, 20.0, serial=False)
+    big = run(1_000_000, 2.5, serial=False)
     for rate in (2.5, 20.0):
         small = next((r for r in results if r["count"] == 10_000 and r["rate"] == rate), None)
         large = next((r for r in results if r["count"] == 100_000 and r["rate"] == rate), None)
@@ -140,10 +140,14 @@ def main() -> None:
     for r in results:
         if r["count"] == 100_000:
             total = r["gen_wall"] + r["parallel"]
+            cpus = [c for _, c, _, _ in r["per"]]
+            # what an idle machine would take: generation, then the workers, which finish no sooner than
+            # the longest allocator or the total shared over the workers (CPU seconds, which load disturbs less)
+            idle = r["gen_cpu"] + max(max(cpus), sum(cpus) / workers())
             print(f"  100k x 4 allocators at {r['rate']:g}/s under 3 s wall: {total:.2f} s "
-                  f"{'met' if total < 3 else 'NOT met'}")
+                  f"{'met' if total < 3 else 'NOT met'} (from CPU seconds, unloaded: at least {idle:.2f} s)")
     total = big["gen_wall"] + big["parallel"]
-    print(f"  1M x 4 allocators under 30 s wall: {total:.2f} s {'met' if total < 30 else 'NOT met'}; "
+    print(f"  1M x 4 allocators at 2.5/s under 30 s wall: {total:.2f} s {'met' if total < 30 else 'NOT met'}; "
           f"under 300 MB: peak PSS {big['pss_mb']:.0f} MB {'met' if big['pss_mb'] < 300 else 'NOT met'}")
 
 

@@ -234,8 +234,6 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                 if cost > mnbt - prefill and prefill:  # model.fits_budget
                     blocked = "budget"
                     break
-                o_i = out[i]
-                f = p_i + o_i
                 if paged:
                     gsh = p_i // B if n > 1 else Pb
                     if i != need_of:  # the head blocked at the last attempt is asked again: its need is kept
@@ -253,7 +251,9 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                 else:
                     gsh = 0
                     if i != size_of:  # the head blocked at the last attempt is asked again: its size is kept
-                        size = mml if r_max else (min(p_i + (1 << (o_i - 1).bit_length()), mml) if r_pow2 else f)
+                        o_i = out[i]
+                        size = mml if r_max else (min(p_i + (1 << (o_i - 1).bit_length()), mml) if r_pow2 else
+                                                  p_i + o_i)
                         if buddy:
                             size = 1 << (size - 1).bit_length()
                         size_of, head_size = i, size
@@ -283,6 +283,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                             ext_now = pool - alloc_contig
                             break
                         offs = tuple(got)
+                f = p_i + out[i]
                 if started:
                     front.popleft()
                     nfront -= 1

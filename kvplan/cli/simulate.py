@@ -70,8 +70,9 @@ def run_all(w: "Workload", *, progress: bool, points: int) -> list["SimResult"]:
             ctx = multiprocessing.get_context("fork")
             done = ctx.Array("q", k, lock=False)
             _SHARED.update(workload=w, points=points, done=done)
-            # paged allocators take longest (preemptions): start them first so no worker is left with one at the end
-            order = sorted(range(k), key=lambda i: not w.allocators[i].paged)
+            # longest first, so that no worker is left with a long one at the end: paged allocators (preemptions),
+            # then contiguous ones, contiguous-max last (every reservation the same size: the cheapest to place)
+            order = sorted(range(k), key=lambda i: (not w.allocators[i].paged, w.allocators[i].reservation == "max"))
             try:
                 with ctx.Pool(workers) as pool:
                     pending = pool.map_async(_run_shared, order, chunksize=1)

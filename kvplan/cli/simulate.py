@@ -24,44 +24,71 @@ PARALLEL_FROM_REQUESTS = 20_000  # below this, one process is faster than starti
 TIMELINE_POINTS = 400
 
 
-_SHARED: dict[str, Any] = {}  # the workload, inherited by forked workers instead of pickled to each
+_SHARED: dict[str, Any] = {}  # the workload and progress counters, inherited by forked workers instead of pickled
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity: a container or `taskset` may allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _run_shared(index: int) -> "SimResult":
     from kvplan.core.sim.engine import simulate
 
-    w = _SHARED["workload"]
-    return simulate(w.requests, w.config, w.allocators[index], timeline_points=_SHARED["points"])
+    w, done = _SHARED["workload"], _SHARED["done"]
+
+    def report(n: int) -> None:
+        done[index] = n  # this worker's slot only: no lock needed
+
+    return simulate(w.requests, w.config, w.allocators[index], timeline_points=_SHARED["points"], progress=report)
 
 
 def run_all(w: "Workload", *, progress: bool, points: int) -> list["SimResult"]:
-    """Each allocator over the same requests; in forked processes for large workloads."""
+    """Each allocator over the same requests; in forked processes (one per usable CPU) for large workloads.
+
+    The progress bar counts finished requests (completed or rejected) over all allocators: workers
+    write their count into a shared array, which the parent reads ten times a second.
+    """
     import multiprocessing
 
-    from rich.progress import Progress
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     from kvplan.core.sim.engine import simulate
 
-    workers = min(len(w.allocators), os.cpu_count() or 1)
+    k = len(w.allocators)
+    total = len(w.requests) * k
+    workers = min(k, usable_cpus())
     fork_ok = "fork" in multiprocessing.get_all_start_methods()
-    with Progress(console=err_console, transient=True, disable=not progress) as bar:
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+               TextColumn("{task.completed:,.0f}/{task.total:,.0f} requests"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True, disable=not progress) as bar:
+        task = bar.add_task(f"simulating {k} allocator{'s' * (k > 1)}", total=total)
         if workers > 1 and fork_ok and len(w.requests) >= PARALLEL_FROM_REQUESTS:
-            _SHARED.update(workload=w, points=points)
-            task = bar.add_task(f"simulating {len(w.allocators)} allocators", total=len(w.allocators))
-            results = []
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                for result in pool.imap(_run_shared, range(len(w.allocators))):
-                    results.append(result)
-                    bar.advance(task)
-            _SHARED.clear()
-            return results
+            ctx = multiprocessing.get_context("fork")
+            done = ctx.Array("q", k, lock=False)
+            _SHARED.update(workload=w, points=points, done=done)
+            # longest first, so that no worker is left with a long one at the end: paged allocators (preemptions),
+            # then contiguous ones, contiguous-max last (every reservation the same size: the cheapest to place)
+            order = sorted(range(k), key=lambda i: (not w.allocators[i].paged, w.allocators[i].reservation == "max"))
+            try:
+                with ctx.Pool(workers) as pool:
+                    pending = pool.map_async(_run_shared, order, chunksize=1)
+                    while not pending.ready():
+                        pending.wait(0.1)
+                        bar.update(task, completed=sum(done))
+                    by_index = dict(zip(order, pending.get()))
+            finally:
+                _SHARED.clear()
+            return [by_index[i] for i in range(k)]
         results = []
-        total = len(w.requests)
+        finished = 0
         for a in w.allocators:
-            task = bar.add_task(a.name, total=total)
             results.append(simulate(w.requests, w.config, a, timeline_points=points,
-                                    progress=lambda done, t=task: bar.update(t, completed=done)))
-            bar.update(task, completed=total)
+                                    progress=lambda n, base=finished: bar.update(task, completed=base + n)))
+            finished += len(w.requests)
     return results
 
 
@@ -76,7 +103,17 @@ def result_json(r: "SimResult") -> dict[str, Any]:
         "throughput_tokens_per_s": r.throughput_tokens_per_s, "busy_seconds": r.busy_seconds,
         "drain_seconds": r.drain_seconds, "peak_waiting": r.peak_waiting,
         "mean_queue_seconds": r.mean_queue_seconds,
+        "latency": latency_json(r),
     }
+
+
+def latency_json(r: "SimResult") -> dict[str, dict[str, float]] | None:
+    """Per-request latency percentiles in seconds (None when no request completed)."""
+    if r.latency is None:
+        return None
+    lat = r.latency
+    return {key: {"p50": p.p50, "p90": p.p90, "p99": p.p99}
+            for key, p in (("queue_s", lat.queue_s), ("ttft_s", lat.ttft_s), ("e2e_s", lat.e2e_s))}
 
 
 @app.command()
@@ -130,7 +167,8 @@ def simulate(
     if plot is not None:
         from kvplan.cli.plot import plot_simulation
 
-        plot_simulation(results, plot, title=w.name)
+        arrivals = getattr(w.requests, "arrival_ps", None) or [r.arrival_ps for r in w.requests]
+        plot_simulation(results, plot, title=w.name, last_arrival_s=max(arrivals) / 1e12 if len(arrivals) else None)
     if as_json:
         print_json({
             "workload": w.name, "requests": len(w.requests), "scheduler_model": "event",
@@ -148,6 +186,10 @@ def simulate(
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+def _secs(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
 
 
 def _print_tables(w: "Workload", results: list["SimResult"]) -> None:
@@ -173,6 +215,18 @@ def _print_tables(w: "Workload", results: list["SimResult"]) -> None:
     print_table(console, service)
     console.print("busy (a request running) / drain (after the last arrival), seconds: "
                   + ", ".join(f"{r.allocator} {r.busy_seconds:,.1f} / {r.drain_seconds:,.1f}" for r in results))
+    latency = new_table("allocator", "latency", "p50", "p90", "p99", numeric=("p50", "p90", "p99"),
+                        no_wrap=("allocator", "latency"),
+                        title="Latency per request, seconds")
+    for r in results:
+        if r.latency is None:
+            continue
+        for k, (name, p) in enumerate((("queue", r.latency.queue_s), ("TTFT", r.latency.ttft_s),
+                                       ("e2e", r.latency.e2e_s))):
+            latency.add_row(r.allocator if k == 0 else "", name, _secs(p.p50), _secs(p.p90), _secs(p.p99))
+    if latency.rows:
+        print_table(console, latency)
+        console.print("from arrival: queue to admission, TTFT to the end of the prefill step, e2e to completion")
     for r in results:
         if r.rejected_reasons:
             reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(r.rejected_reasons.items()))

@@ -61,6 +61,46 @@ def test_reproduces_the_vllm_paper(paper):
     assert a["paged-16"]["external_frag_frac"] == 0
 
 
+def test_latency_keys(paper):
+    """Per-request latency by percentile: each request's queue <= TTFT <= e2e, so every percentile is too."""
+    for name, m in paper["allocators"].items():
+        lat = m["latency"]
+        assert set(lat) == {"queue_s", "ttft_s", "e2e_s"}, name
+        for key in lat:
+            assert 0 <= lat[key]["p50"] <= lat[key]["p90"] <= lat[key]["p99"], (name, key)
+        for p in ("p50", "p90", "p99"):
+            assert lat["queue_s"][p] <= lat["ttft_s"][p] <= lat["e2e_s"][p], (name, p)
+    # the paper workload is overloaded: the allocator that batches more keeps requests waiting less
+    a = paper["allocators"]
+    assert a["paged-16"]["latency"]["e2e_s"]["p50"] < a["contiguous-oracle"]["latency"]["e2e_s"]["p50"]
+
+
+def test_buddy_placement_separates_the_papers_orca_baselines(paper):
+    """Under the buddy placement the paper assumes, Orca (Pow2) reserves prompt + a power of two of the
+    output, which the buddy rounds again: it batches fewer than Oracle and more than Max (its Fig. 13a
+    ordering: Max 7.00 < Pow2 9.81 < Oracle 13.62 < vLLM 30.42 requests)."""
+    a = paper["allocators"]
+    batch = [a[n]["mean_batch_size"] for n in ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16")]
+    assert batch == sorted(batch) and len(set(batch)) == 4
+    assert a["contiguous-pow2"]["token_states_frac"] < a["contiguous-oracle"]["token_states_frac"]
+
+
+def test_parallel_workers_give_the_serial_results(monkeypatch):
+    """Forked workers (one per usable CPU) return what one process computes, in the allocators' order."""
+    import dataclasses as dc
+
+    import kvplan.cli.simulate as cli_simulate
+    from kvplan.io.workload import resolve_workload
+
+    w = resolve_workload(PAPER)
+    w = dc.replace(w, requests=w.requests[:600] if isinstance(w.requests, list) else type(w.requests)(
+        w.requests.arrival_ps[:600], w.requests.prompt[:600], w.requests.output[:600], w.requests.n[:600]))
+    serial = cli_simulate.run_all(w, progress=False, points=0)
+    monkeypatch.setattr(cli_simulate, "PARALLEL_FROM_REQUESTS", 1)
+    monkeypatch.setattr(cli_simulate, "usable_cpus", lambda: 2)
+    assert cli_simulate.run_all(w, progress=False, points=0) == serial
+
+
 def test_first_fit_placement_separates_oracle_from_pow2(tmp_path):
     out = simulate_json(PAPER, "--placement", "first-fit", "-a", "contiguous-pow2", "-a", "contiguous-oracle")
     a = out["allocators"]

@@ -4,510 +4,495 @@ Between events (arrivals, admissions, completions, preemptions, a sequence enter
 every running sequence just gains a token per step, so the state is kept in aggregates and whole
 runs of steps are accounted in closed form:
 
-- a running group's tokens are ``t(s) = tb + s`` (``tb`` fixed while it runs), so the weighted token
-  sum is ``TBW + N * s``;
+- a running group's tokens are ``t(s) = tb + s`` (``tb`` fixed while it runs), so the pool's used
+  slots are ``U + N * s`` (``U`` the sum of ``n * tb`` plus the prefix-sharing correction, ``N`` the
+  running sequences);
 - for paged pools the unused slots of each sequence's last block depend only on ``(tb + s) mod B``,
   so the total slack is kept for each of the ``B`` residues of the step (O(B) to update when a
-  sequence starts or stops, O(1) to read), which gives the block count (and the step the pool runs
-  out, by bisection) and, summed over a run of steps, the allocated memory;
-- step durations are linear in the tokens held, so the clock over a run of steps is a closed form
-  and the step an arrival lands on is found by bisection.
+  sequence starts or stops, O(1) to read), which gives the block count and, summed over a run of
+  steps, the allocated memory. The step the pool runs out is bracketed to ``B`` candidates by the
+  slack's bounds (0 and ``N * (B - 1)``), then bisected;
+- step durations are linear in the tokens held, so the clock over a run of steps is a quadratic in
+  the number of steps and the step an arrival lands on is its integer root (``math.isqrt``).
+
+The waiting queue is the preempted requests (a deque, at its head) followed by a range of arrived,
+never-admitted requests, which FCFS admits in arrival order: a backlog of a million requests costs
+two integers, not a million objects. Requests are read from flat arrays (``RequestArrays``).
+
 The reference in tests/core/sim/reference.py runs every step and every sequence; both give the same
-results (a hypothesis test).
+results, latencies included (a hypothesis test).
 """
 
 from __future__ import annotations
 
-import heapq
+from array import array
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from heapq import heappop, heappush
+from itertools import pairwise
+from math import isqrt
+from operator import add, sub
 
-from kvplan.core.sim.model import (AllocatorSpec, SimConfig, SimRequest, SimResult, fits_budget, no_progress_reason,
-                                   prefill_cost, rejection)
+from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, SimConfig, SimRequest, SimResult,
+                                   latency_of, no_progress_reason, rejection, screen)
 from kvplan.core.sim.placement import make_placement
 
+_SHIFT = 40  # completion heap keys: step << _SHIFT | admission order (an int compares faster than a tuple)
+_MASK = (1 << _SHIFT) - 1
+_FAR = 1 << 62  # "no event": past any step a run can reach
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-@dataclass(eq=False)
-class _Group:
-    req: SimRequest
-    t: int  # tokens per sequence when not running (waiting/preempted)
-    tb: int = 0  # t - s while running
-    order: int = 0
-    epoch: int = 0
-    started: bool = False
-    offsets: tuple[int, ...] = ()
-    region: int = 0
-    s_adm: int = 0  # step of admission
-    s_enter: int = 0  # first step its unused slots are waste (paged: tokens in its last block)
-    waste: int = 0  # slots it holds that it will never use, from s_enter on
-    g_shared: int = 0  # blocks shared within the group (or the global prefix for n == 1)
+# a running group's record (a list, indexed by these positions)
+# _WFROM: the first step its unused slots are waste (contiguous: admission; paged: its tokens reach the
+# last block, or admission if later); _WASTE: those slots
+_I, _TB, _N, _WFROM, _WASTE, _GSH, _OFFS, _REGION, _ADMIT, _TTFT = range(10)
 
 
-@dataclass
-class _Sums:
-    token: int = 0
-    allocated: int = 0
-    internal: int = 0  # added when a group stops running: its waste times the steps it was wasted
-    external: int = 0
-    free: int = 0
-    batch: int = 0
-    timeline: list = field(default_factory=list)
-
-
-def simulate(requests: list[SimRequest], cfg: SimConfig, alloc: AllocatorSpec, *,
+def simulate(requests: Iterable[SimRequest] | RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, *,
              progress: Callable[[int], None] | None = None, timeline_points: int = 0,
              check_invariants: bool = False) -> SimResult:
-    """Run one allocator over the requests. ``check_invariants`` verifies the books at every event."""
-    sim = _Sim(requests, cfg, alloc, progress, timeline_points)
-    sim.check = check_invariants
-    return sim.run()
+    """Run one allocator over the requests.
+
+    ``progress(done)`` is called as requests finish (completed or rejected; about 256 times in a
+    run, and once at the end with all of them). ``check_invariants`` verifies the books at every
+    event (slow: tests only).
+    """
+    reqs = RequestArrays.of(requests)
+    if not reqs.is_sorted():
+        order = sorted(range(len(reqs)), key=reqs.arrival_ps.__getitem__)  # stable: (arrival, id)
+        reqs = _take(reqs, order)
+    n_total = len(reqs)
+    keep, reasons = screen(reqs, cfg, alloc, rejection)
+    if keep is not None:
+        reqs = _take(reqs, keep)
+    return _run(reqs, cfg, alloc, reasons, n_total, progress, timeline_points, check_invariants)
 
 
-class _Sim:
-    def __init__(self, requests: list[SimRequest], cfg: SimConfig, alloc: AllocatorSpec,
-                 progress: Callable[[int], None] | None, timeline_points: int) -> None:
-        self.cfg, self.alloc, self.progress = cfg, alloc, progress
-        self.B = alloc.block_size
-        self.paged = alloc.paged
-        self.pool_blocks = cfg.pool_slots // self.B
-        self.Pb = cfg.shared_prefix // self.B if (self.paged and cfg.prefix_caching and cfg.shared_prefix > 0) else 0
-        self.place = None if self.paged else make_placement(alloc.placement, cfg.pool_slots)
-        self.reasons: dict[str, int] = {}
-        pending = []
-        for r in sorted(requests, key=lambda r: (r.arrival_ps, r.id)):
-            why = rejection(r, cfg, alloc)
-            if why:
-                self.reasons[why] = self.reasons.get(why, 0) + 1
-            else:
-                pending.append(r)
-        self.pending = pending
-        self.next_arrival = 0
-        self.waiting: deque[_Group] = deque()
-        self.running: dict[int, _Group] = {}  # admission order -> group (insertion ordered)
-        self.order = 0
-        # aggregates over running groups
-        self.N = 0  # sequences
-        self.TBW = 0  # sum of n * tb
-        self.CB = 0  # paged: sum of (G - Pb) - n * G
-        # paged: slack of all last blocks, by step mod B (sequences' phases tb mod B are fixed while they run)
-        self.slack_by_r = [0] * self.B
-        self.slack_rows = [[(-q - r) % self.B for r in range(self.B)] for q in range(self.B)]
-        self.allocated_contig = 0
-        self.free_blocks = self.pool_blocks
-        self.events: list[tuple[int, int, int, _Group]] = []  # completions: (step, order, epoch, group)
-        self.ext_now = 0
-        self.s = 0
-        self.now = 0
-        self.sums = _Sums()
-        self.steps = 0
-        self.completed = 0
-        self.generated = 0
-        self.preemptions = 0
-        self.peak_batch = 0
-        self.peak_waiting = 0
-        self.queue_ps = 0
-        self.busy_ps = 0  # clock over steps with something running
-        self.last_arrival = pending[-1].arrival_ps if pending else 0  # the drain starts here
-        self.timeline_every = 0
-        self.timeline_points = timeline_points
-        self.check = False
-        self.total_requests = len(requests)
+def _take(reqs: RequestArrays, idx: list[int]) -> RequestArrays:
+    cols = (reqs.arrival_ps, reqs.prompt, reqs.output, reqs.n)
+    return RequestArrays(*(array("q", [c[i] for i in idx]) for c in cols))
 
-    def _check_invariants(self, s: int) -> None:
-        """Every request accounted for; memory adds up; nothing held twice (placement regions disjoint)."""
-        accounted = (self.completed + sum(self.reasons.values()) + len(self.running) + len(self.waiting)
-                     + len(self.pending) - self.next_arrival)
-        assert accounted == self.total_requests, "a request was lost"
-        used = self._used(s) if self.running else 0
-        allocated = self._allocated(s)
-        assert 0 <= used <= allocated <= self.cfg.pool_slots, (used, allocated)
-        assert 0 <= self._internal_now(s) <= allocated - used
-        if self.paged:
-            assert self._blocks(s) <= self.pool_blocks if self.running else True
-            truth = sum(g.req.n * (g.tb + s) for g in self.running.values())
-            assert truth == self.TBW + self.N * s
-        else:
-            regions = sorted((off, g.region) for g in self.running.values() for off in g.offsets)
-            for (a, size), (b, _) in zip(regions, regions[1:]):
-                assert a + size <= b, "two reservations overlap"
-            assert sum(size for _, size in regions) == self.allocated_contig
-            assert self.place.free_slots() == self.cfg.pool_slots - self.allocated_contig  # type: ignore[union-attr]
 
-    # -- aggregates ---------------------------------------------------------------------------
-    def _used(self, s: int) -> int:
-        w = self.TBW + self.N * s
-        if self.paged:
-            return self.B * (self.CB + (self.Pb if self.running else 0)) + w
-        return w
+def _first_reaching(gap: int, a1: int, a2: int) -> int:
+    """The least c >= 1 with ``f(c) = a1 * c + a2 * c * (c - 1) / 2 >= gap`` (the clock after c quiet
+    steps minus the clock now, for a gap > 0 that some c reaches): the root of the quadratic, then
+    corrected by one where the integer square root rounded."""
+    if a2:
+        b = 2 * a1 - a2  # 2 f(c) = a2 c^2 + b c
+        c = (isqrt(b * b + 8 * a2 * gap) - b) // (2 * a2)
+    else:
+        c = -(-gap // a1)
+    if c < 1:
+        c = 1
+    while a1 * c + a2 * c * (c - 1) // 2 < gap:
+        c += 1
+    while c > 1 and a1 * (c - 1) + a2 * (c - 1) * (c - 2) // 2 >= gap:
+        c -= 1
+    return c
 
-    def _slack(self, s: int) -> int:
-        return self.slack_by_r[s % self.B]
 
-    def _phase(self, tb: int, n: int) -> None:
-        row = self.slack_rows[tb % self.B]
-        self.slack_by_r = [a + n * b for a, b in zip(self.slack_by_r, row)]
+def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dict[str, int], n_total: int,
+         progress: Callable[[int], None] | None, timeline_points: int, check: bool) -> SimResult:
+    # The loop keeps its state in local variables (an attribute read costs a dictionary lookup, and
+    # this loop runs a few million times for a million requests).
+    arr, prm, out, nsq = reqs.arrival_ps, reqs.prompt, reqs.output, reqs.n
+    total = len(arr)
+    paged = alloc.paged
+    B = alloc.block_size
+    pool = cfg.pool_slots
+    P = pool // B  # pool blocks
+    Pb = cfg.shared_prefix // B if (paged and cfg.prefix_caching and cfg.shared_prefix > 0) else 0
+    place = None if paged else make_placement(alloc.placement, pool)
+    if place is not None:
+        allocate, release = place.allocate, place.free
+    # contiguous reservations (AllocatorSpec.reservation_slots, then the placement's rounding), inlined
+    r_max, r_pow2, buddy = alloc.reservation == "max", alloc.reservation == "pow2", alloc.placement == "buddy"
+    mml = cfg.max_model_len
+    base, tok, pre = cfg.step.base_ps, cfg.step.per_token_ps, cfg.step.per_prefill_token_ps
+    max_seqs, mnbt = cfg.max_num_seqs, cfg.max_num_batched_tokens
+    recompute = cfg.preemption is Preemption.RECOMPUTE
+    # paged: slack of all last blocks by step mod B; rows[q][r]: one sequence's slack at step r when tb = q
+    slack = [0] * B
+    rows = [[(-q - r) % B for r in range(B)] for q in range(B)]
 
-    def _slack_sum(self, s0: int, count: int) -> int:
-        """Sum of the slack over steps [s0, s0 + count)."""
-        b = self.B
-        by_r = self.slack_by_r
-        full, rem = divmod(count, b)
-        total = full * sum(by_r)
-        r0 = s0 % b
-        if rem:
-            end = r0 + rem
-            total += sum(by_r[r0:end]) if end <= b else sum(by_r[r0:]) + sum(by_r[: end - b])
-        return total
+    s = now = 0
+    nxt = lo = 0  # arrived: [0, nxt); waiting fresh (never admitted): [lo, nxt)
+    front: deque[int] = deque()  # preempted requests, waiting at the head of the queue
+    nfront = 0  # len(front)
+    held: dict[int, tuple[int, int, int]] = {}  # preempted request -> (tokens, admission clock, first-token clock)
+    running: dict[int, list] = {}  # admission order -> record (insertion ordered: oldest first)
+    heap: list[int] = []  # completions: step << _SHIFT | admission order (stale once preempted)
+    order = 0
+    N = 0  # running sequences
+    U = B * Pb  # used slots at step s are U + N * s (while something runs)
+    alloc_contig = 0
+    ext_now = 0
+    sum_token = sum_alloc = sum_int = sum_ext = sum_batch = 0
+    steps = completed = generated = preemptions = peak_batch = peak_waiting = 0
+    queue_ps = busy = 0
+    lat_queue, lat_ttft, lat_e2e = array("q"), array("q"), array("q")
+    first_arrival = arr[0] if total else 0
+    last_arrival = arr[-1] if total else 0  # the drain starts here
+    timeline: list[tuple[int, int, int, int, int, int, int]] = []
+    tl_every = (max(1, (sum(out) // max(1, max_seqs) + total) // timeline_points) if timeline_points else 0)
+    rejected = n_total - total
+    stride = max(1, n_total // 256)
+    next_report = rejected + stride
+    if progress is not None and rejected:
+        progress(rejected)
 
-    def _blocks(self, s: int) -> int:
-        """Blocks held at step s (paged): every used slot plus the slack of each sequence's last block."""
-        return (self._used(s) + self._slack(s)) // self.B
+    # `settled`: the last admission attempt was blocked by memory or max_num_seqs and nothing has been
+    # freed since (steps without an event only grow), so another attempt would end the same way: skip it
+    settled = False
+    blocked = None
+    size_of = head_size = -1  # contiguous: the last request whose region was sized, and the size
+    need_of = head_need = -1  # paged: the last request whose blocks were counted, and the count
+    while nxt < total or nfront or lo < nxt or running:
+        if not running and not nfront and lo == nxt and arr[nxt] > now:
+            now = arr[nxt]  # idle until the next arrival
 
-    def _add(self, g: _Group, s: int) -> None:
-        n = g.req.n
-        g.tb = g.t - s
-        self.order += 1
-        g.order = self.order
-        g.epoch += 1
-        self.running[g.order] = g
-        self.N += n
-        self.TBW += n * g.tb
-        f = g.req.final_len
-        heapq.heappush(self.events, (f - g.tb, g.order, g.epoch, g))  # completion at the end of that step
-        g.s_adm = s
-        if self.paged:
-            g.g_shared = self._shared_blocks(g)
-            self.CB += (g.g_shared - self.Pb) - n * g.g_shared
-            self._phase(g.tb, n)
-            g.s_enter = self.B * (_cdiv(f, self.B) - 1) + 1 - g.tb  # the step its tokens enter the last block
-            g.waste = n * (self.B * _cdiv(f, self.B) - f)
-        else:
-            self.allocated_contig += n * g.region
-            g.s_enter = s
-            g.waste = n * (g.region - f)
-
-    def _internal_now(self, s: int) -> int:
-        """Internal fragmentation held at step s (a scan: for checks and timeline points only)."""
-        return sum(g.waste for g in self.running.values() if s >= g.s_enter)
-
-    def _remove(self, g: _Group, s: int) -> None:
-        """Stop running g; ``s`` is the last step it was accounted in."""
-        n = g.req.n
-        g.t = g.tb + s
-        del self.running[g.order]
-        self.N -= n
-        self.TBW -= n * g.tb
-        self.sums.internal += g.waste * max(0, s - max(g.s_enter, g.s_adm) + 1)
-        if self.paged:
-            self.CB -= (g.g_shared - self.Pb) - n * g.g_shared
-            self._phase(g.tb, -n)
-        else:
-            self.allocated_contig -= n * g.region
-            for off in g.offsets:
-                self.place.free(off)  # type: ignore[union-attr]
-            g.offsets = ()
-
-    def _shared_blocks(self, g: _Group) -> int:
-        """Blocks a sequence shares: the group's prompt blocks (n > 1), else the global prefix's."""
-        return g.req.prompt // self.B if g.req.n > 1 else self.Pb
-
-    def _group_blocks(self, g: _Group, t: int) -> int:
-        shared = self._shared_blocks(g)
-        return (shared - self.Pb) + g.req.n * (_cdiv(t, self.B) - shared)
-
-    def _region(self, g: _Group) -> int:
-        if not g.region:
-            need = self.alloc.reservation_slots(g.req.final_len, self.cfg.max_model_len)
-            g.region = self.place.rounded(need)  # type: ignore[union-attr]
-        return g.region
-
-    # -- one step in full ----------------------------------------------------------------------
-    def _full_step(self) -> bool:
-        """Run step self.s with every rule; True when memory was freed (next step may admit)."""
-        s = self.s
-        pend = self.pending
-        while self.next_arrival < len(pend) and pend[self.next_arrival].arrival_ps <= self.now:
-            r = pend[self.next_arrival]
-            self.waiting.append(_Group(req=r, t=r.prompt))
-            self.next_arrival += 1
-        self.peak_waiting = max(self.peak_waiting, len(self.waiting))
-
+        # -- step s in full: arrivals (rule 1), growth and preemption (2), admission (3) ---------------
+        while nxt < total and arr[nxt] <= now:
+            nxt += 1
+        if nfront + nxt - lo > peak_waiting:  # noqa: PLR1730 (a comparison is cheaper than a call here)
+            peak_waiting = nfront + nxt - lo
         preempted = False
-        if self.paged and self.running:
-            self.free_blocks = self.pool_blocks - self._blocks(s - 1)
-            if self._blocks(s) > self.pool_blocks:
-                preempted = self._preempt(s)
-        events = self.events
-        while events and events[0][0] < s:  # stale completions of groups preempted since
-            _, order, epoch, g = heapq.heappop(events)
-            assert self.running.get(order) is not g or g.epoch != epoch, "a completion was missed"
+        b_now = 0  # paged: blocks held at step s
+        if paged and running:
+            b_now = (U + N * s + slack[s % B]) // B
+            if b_now > P:
+                # growth at step s does not fit: the oldest k groups survive for the largest k whose
+                # growth fits in the free blocks plus what the younger ones release (rule 2)
+                b_prev = (U + N * (s - 1) + slack[(s - 1) % B]) // B
+                need, free, released = b_now - b_prev, P - b_prev, 0
+                victims = []
+                for o_ in reversed(running):
+                    if need <= free + released:
+                        break
+                    r = running[o_]
+                    n, gsh = r[_N], r[_GSH]
+                    t = r[_TB] + s - 1
+                    need -= n * ((t + B) // B - (t + B - 1) // B)
+                    released += (gsh - Pb) + n * (-(-t // B) - gsh)
+                    victims.append(o_)
+                for o_ in victims:  # youngest first, each to the front of the queue
+                    i, tb, n, wfrom, waste, gsh, _, _, admit_ps, ttft_ps = running.pop(o_)
+                    N -= n
+                    U -= B * ((gsh - Pb) - n * gsh) + n * tb
+                    row = rows[tb % B]
+                    slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
+                    if s > wfrom:  # its waste counts up to step s - 1: it has not grown this step
+                        sum_int += waste * (s - wfrom)
+                    held[i] = (tb + s - 1, admit_ps, ttft_ps)
+                    front.appendleft(i)
+                    nfront += 1
+                    preemptions += 1
+                preempted = bool(victims)
+                need_of = -1  # a victim's tokens changed while it ran
+        if paged:
+            while heap and (heap[0] & _MASK) not in running:
+                heappop(heap)  # stale: preempted since
+            assert not heap or heap[0] >> _SHIFT >= s, "a completion was missed"
 
         prefill = 0
-        blocked = None
-        if not preempted:
-            prefill, blocked = self._admit(s)
-        # progress guard (model.py rule 6): admission ran, yet nothing runs, so nothing will ever free
-        # memory or budget for the head of the queue
-        stuck = not preempted and bool(self.waiting) and not self.running
-        self._account_step(s, prefill, blocked)
-        if self.check:
-            self._check_invariants(s)
-        freed = self._complete(s)
-        self.s += 1
+        fresh = []  # admitted for the first time at this step
+        if preempted:
+            blocked = None
+            settled = False
+            if running:
+                # Step s admits nothing (rule 3). Would step s + 1 admit the head, the oldest victim? If
+                # not, the steps from s + 1 on are settled and the run goes on to the next event.
+                i = front[0]
+                n = nsq[i]
+                if N + n > max_seqs:
+                    blocked = "seqs"
+                else:
+                    gsh = prm[i] // B if n > 1 else Pb
+                    if (gsh - Pb) + n * (-(-held[i][0] // B) - gsh) > P - (U + N * (s + 1) + slack[(s + 1) % B]) // B:
+                        blocked = "memory"
+                settled = blocked is not None
+        elif not settled:
+            blocked = None
+            ext_now = 0
+            seqs = N
+            free_blocks = P - b_now  # paged
+            while nfront or lo < nxt:
+                if nfront:
+                    i = front[0]
+                    t, admit_ps, ttft_ps = held[i]
+                    started = True
+                    p_i = prm[i]
+                else:
+                    i = lo
+                    t = p_i = prm[i]
+                    started = False
+                n = nsq[i]
+                if seqs + n > max_seqs:
+                    blocked = "seqs"
+                    break
+                cost = t if (recompute or not started) else 0
+                if cost > mnbt - prefill and prefill:  # model.fits_budget
+                    blocked = "budget"
+                    break
+                if paged:
+                    gsh = p_i // B if n > 1 else Pb
+                    if i != need_of:  # the head blocked at the last attempt is asked again: its need is kept
+                        need = (gsh - Pb) + n * (-(-t // B) - gsh)
+                        need_of, head_need = i, need
+                    else:
+                        need = head_need
+                    if not running:
+                        need += Pb  # the shared prefix's blocks come back with the first request
+                    if need > free_blocks:
+                        blocked = "memory"
+                        break
+                    free_blocks -= need
+                    offs, size = (), 0
+                else:
+                    gsh = 0
+                    if i != size_of:  # the head blocked at the last attempt is asked again: its size is kept
+                        o_i = out[i]
+                        size = mml if r_max else (min(p_i + (1 << (o_i - 1).bit_length()), mml) if r_pow2 else
+                                                  p_i + o_i)
+                        if buddy:
+                            size = 1 << (size - 1).bit_length()
+                        size_of, head_size = i, size
+                    else:
+                        size = head_size
+                    if pool - alloc_contig < n * size:
+                        blocked = "memory"
+                        break
+                    if n == 1:
+                        off = allocate(size)
+                        if off is None:
+                            blocked = "memory"
+                            ext_now = pool - alloc_contig  # room enough in total, none in one piece
+                            break
+                        offs = (off,)
+                    else:
+                        got = []
+                        for _ in range(n):
+                            off = allocate(size)
+                            if off is None:
+                                break
+                            got.append(off)
+                        if len(got) < n:
+                            for off in got:
+                                release(off)
+                            blocked = "memory"
+                            ext_now = pool - alloc_contig
+                            break
+                        offs = tuple(got)
+                f = p_i + out[i]
+                if started:
+                    front.popleft()
+                    nfront -= 1
+                    del held[i]
+                else:
+                    lo += 1
+                    queue_ps += now - arr[i]
+                    admit_ps, ttft_ps = now, -1  # -1: the end of this step, set below
+                prefill += cost
+                order += 1
+                tb = t - s
+                if paged:
+                    blocks_f = -(-f // B)
+                    wfrom = B * (blocks_f - 1) + 1 - tb  # the step its tokens enter the last block
+                    r = [i, tb, n, wfrom if wfrom > s else s, n * (B * blocks_f - f), gsh, offs, size, admit_ps,
+                         ttft_ps]
+                    U += B * ((gsh - Pb) - n * gsh) + n * tb
+                    row = rows[tb % B]
+                    slack = list(map(add, slack, row)) if n == 1 else [a + n * b for a, b in zip(slack, row)]
+                else:
+                    r = [i, tb, n, s, n * (size - f), gsh, offs, size, admit_ps, ttft_ps]
+                    U += n * tb
+                    alloc_contig += n * size
+                running[order] = r
+                if ttft_ps < 0:
+                    fresh.append(r)
+                N += n
+                heappush(heap, (f - tb) << _SHIFT | order)  # completes at the end of that step
+                seqs += n
+            settled = blocked == "memory" or blocked == "seqs"
+        waiting = nfront or lo < nxt
+        # progress guard (rule 6): admission ran, yet nothing runs, so nothing will ever free memory or
+        # budget for the head of the queue
+        stuck = not preempted and not running and bool(waiting)
+        u0 = U + N * s if running else 0  # used slots at step s
+        if check:
+            used, allocated = u0, (u0 + slack[s % B] if paged else alloc_contig) if running else 0
+            _check_invariants(locals())
+
+        # -- steps [s, end) in closed form: from here on until the next event, every running sequence
+        # just gains a token per step and nothing can be admitted (the attempt at s decided it)
+        pre_ps = pre * prefill  # step s's prefill compute
+        if not running or (preempted and not settled) or stuck or (blocked == "budget" and prefill):
+            end = s + 1  # the next step must try again (or nothing runs)
+        else:
+            c = heap[0] >> _SHIFT  # the next completion, at the end of step c
+            # step c can be in the run when it admits nothing: the queue is settled, or empty and no
+            # arrival comes by its start (checked below); then its completions end the run
+            end = c + 1 if (c == s or settled or not waiting) else c
+            if nxt < total and not waiting:
+                # an arrival is an event only when nobody waits (behind a blocked head, FCFS, it just
+                # joins the queue): the first step starting at or after it is the quadratic's root
+                gap = arr[nxt] - now - pre_ps
+                if gap <= 0:
+                    end = s + 1
+                else:
+                    hi = end - s
+                    a1, a2 = base + tok * u0, tok * N
+                    if a1 * hi + a2 * hi * (hi - 1) // 2 >= gap:
+                        arrival_at = s + _first_reaching(gap, a1, a2)
+                        if arrival_at < end:
+                            end = arrival_at
+            if paged and end - 1 > s:
+                x = end - 1
+                if U + N * x + slack[x % B] > B * P:  # the pool runs out at a step before `end`: which
+                    limit = B * (P + 1)  # out at x  <=>  U + N x + slack(x) >= limit; 0 <= slack <= N (B - 1)
+                    lo_x = max(s + 1, -(-(limit - U - N * (B - 1)) // N))
+                    hi_x = min(x, -(-(limit - U) // N))
+                    while lo_x < hi_x:
+                        mid = (lo_x + hi_x) // 2
+                        if U + N * mid + slack[mid % B] >= limit:
+                            hi_x = mid
+                        else:
+                            lo_x = mid + 1
+                    end = lo_x
+        count = end - s
+        used_sum = count * u0 + N * count * (count - 1) // 2
+        if paged:
+            full, rem = divmod(count, B)
+            alloc_sum = used_sum + (full * sum(slack) if full else 0)
+            if rem:
+                r0 = s % B
+                r1 = r0 + rem
+                alloc_sum += sum(slack[r0:r1]) if r1 <= B else sum(slack[r0:]) + sum(slack[:r1 - B])
+        else:
+            alloc_sum = count * alloc_contig
+        sum_token += used_sum
+        sum_alloc += alloc_sum
+        sum_ext += count * ext_now
+        sum_batch += count * N
+        if N > peak_batch:  # noqa: PLR1730
+            peak_batch = N
+        after = now + pre_ps + count * base + tok * used_sum  # the clock at the end of step end - 1
+        if N:
+            busy += after - now
+        if fresh:  # the first token comes out of the step that prefilled the prompt
+            first_token = now + pre_ps + base + tok * u0
+            for r in fresh:
+                r[_TTFT] = first_token
+        if count > 1 or tl_every:
+            last_used = u0 + N * (count - 1)
+            last_start = after - base - tok * last_used - (pre_ps if count == 1 else 0)
+            if tl_every and (steps + count) // tl_every != steps // tl_every:
+                x = end - 1
+                _point(timeline, running, pool, x, last_start, last_used,
+                       (last_used + slack[x % B] if paged else alloc_contig) if running else 0, ext_now)
+                if len(timeline) >= 2 * timeline_points:  # the run is longer than guessed: every other point
+                    del timeline[1::2]
+                    tl_every *= 2
+            if waiting and count > 1:  # arrivals during the run join the queue behind its blocked head
+                nxt = bisect_right(arr, last_start, nxt)
+                if nfront + nxt - lo > peak_waiting:  # noqa: PLR1730
+                    peak_waiting = nfront + nxt - lo
+        now = after
+        steps += count
+        s = end - 1
+
+        # -- completions at the end of step s (rule 5) ------------------------------------------------
+        freed = False
+        while heap and heap[0] >> _SHIFT == s:
+            r = running.pop(heappop(heap) & _MASK, None)
+            if r is None:
+                continue  # stale: preempted since
+            i, tb, n, wfrom, waste, gsh, offs, size, admit_ps, ttft_ps = r
+            N -= n
+            if s >= wfrom:
+                sum_int += waste * (s - wfrom + 1)
+            if paged:
+                U -= B * ((gsh - Pb) - n * gsh) + n * tb
+                row = rows[tb % B]
+                slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
+            else:
+                U -= n * tb
+                alloc_contig -= n * size
+                for off in offs:
+                    release(off)
+            completed += 1
+            generated += n * out[i]
+            a = arr[i]
+            lat_queue.append(admit_ps - a)
+            lat_ttft.append(ttft_ps - a)
+            lat_e2e.append(now - a)
+            freed = True
+        if freed:
+            settled = False
+        s += 1
         if stuck:
             why = no_progress_reason(blocked)
-            self.reasons[why] = self.reasons.get(why, 0) + 1
-            self.waiting.popleft()
-            return True
-        # the next step must try to admit when someone waits and memory was freed, or the budget refills
-        # for a head held back only by this step's prefill
-        return bool(self.waiting) and (freed or preempted or (blocked == "budget" and prefill > 0))
-
-    def _preempt(self, s: int) -> bool:
-        """Growth at step s does not fit: preempt the youngest groups until it does (model.py rule 2).
-
-        Equivalent to the reference's oldest-first growth loop: the oldest k groups survive for the
-        largest k whose growth fits in the free blocks plus what the younger groups release. Walking
-        from the youngest costs O(victims), not O(running).
-        """
-        need = self._blocks(s) - self._blocks(s - 1)  # growth of every running group at step s
-        free = self.free_blocks
-        released = 0
-        victims = []
-        for order in reversed(self.running):
-            if need <= free + released:
-                break
-            g = self.running[order]
-            t = g.tb + s - 1
-            need -= g.req.n * (_cdiv(t + 1, self.B) - _cdiv(t, self.B))
-            released += self._group_blocks(g, t)
-            victims.append(g)
-        if len(victims) == len(self.running):
-            released += self.Pb
-        for g in victims:  # youngest first, each to the front of the queue
-            self._remove(g, s - 1)  # a victim has not grown this step
-            self.waiting.appendleft(g)
-            self.preemptions += 1
-        return bool(victims)
-
-    def _admit(self, s: int) -> tuple[int, str | None]:
-        cfg = self.cfg
-        prefill = 0
-        blocked = None
-        seqs = self.N
-        if self.paged:
-            self.free_blocks = self.pool_blocks - (self._blocks(s) if self.running else 0)
-        while self.waiting:
-            g = self.waiting[0]
-            n = g.req.n
-            if seqs + n > cfg.max_num_seqs:
-                blocked = "seqs"
-                break
-            cost = prefill_cost(g.t, g.started, cfg)
-            if not fits_budget(cost, prefill, cfg):
-                blocked = "budget"
-                break
-            if self.paged:
-                need = self._group_blocks(g, g.t) + (self.Pb if not self.running else 0)
-                if need > self.free_blocks:
-                    blocked = "memory"
-                    break
-                self.free_blocks -= need
+            reasons[why] = reasons.get(why, 0) + 1
+            rejected += 1
+            settled = False
+            if nfront:
+                del held[front.popleft()]
+                nfront -= 1
             else:
-                size = self._region(g)
-                got = []
-                for _ in range(n):
-                    off = self.place.allocate(size)  # type: ignore[union-attr]
-                    if off is None:
-                        break
-                    got.append(off)
-                if len(got) < n:
-                    for off in got:
-                        self.place.free(off)  # type: ignore[union-attr]
-                    blocked = "memory"
-                    break
-                g.offsets, g.region = tuple(got), size
-            self.waiting.popleft()
-            if not g.started:
-                self.queue_ps += self.now - g.req.arrival_ps
-                g.started = True
-            prefill += cost
-            self._add(g, s)
-            seqs += n
-        self.ext_now = 0
-        if blocked == "memory" and not self.paged:
-            head = self.waiting[0]
-            free = self.cfg.pool_slots - self.allocated_contig
-            if free >= head.req.n * self._region(head):
-                self.ext_now = free
-        return prefill, blocked
+                lo += 1
+        if progress is not None and completed + rejected >= next_report:
+            progress(completed + rejected)
+            next_report = completed + rejected + stride
 
-    def _allocated(self, s: int) -> int:
-        if self.paged:
-            return self.B * self._blocks(s) if self.running else 0
-        return self.allocated_contig
+    if progress is not None:
+        progress(n_total)
+    denom = max(1, steps) * pool
+    busy_s = busy / 1e12
+    return SimResult(
+        allocator=alloc.name,
+        token_states_frac=sum_token / denom, reserved_frac=(sum_alloc - sum_token - sum_int) / denom,
+        internal_frag_frac=sum_int / denom, external_frag_frac=sum_ext / denom,
+        free_frac=(steps * pool - sum_alloc - sum_ext) / denom,
+        mean_batch_size=sum_batch / max(1, steps), peak_batch_size=peak_batch, preemptions=preemptions,
+        completed=completed, rejected=sum(reasons.values()), rejected_reasons=dict(reasons),
+        makespan_steps=steps, makespan_seconds=(now - first_arrival) / 1e12 if steps else 0.0,
+        generated_tokens=generated, throughput_tokens_per_s=generated / busy_s if busy else 0.0,
+        busy_seconds=busy_s, drain_seconds=(now - last_arrival) / 1e12 if steps else 0.0,
+        peak_waiting=peak_waiting, mean_queue_seconds=queue_ps / max(1, completed) / 1e12,
+        timeline=tuple(timeline), latency=latency_of(lat_queue, lat_ttft, lat_e2e) if completed else None,
+    )
 
-    def _account_step(self, s: int, prefill: int, blocked: str | None) -> None:
-        used = self._used(s) if self.running else 0
-        allocated = self._allocated(s)
-        ext = self.ext_now if blocked == "memory" else 0
-        sums = self.sums
-        sums.token += used
-        sums.allocated += allocated
-        sums.external += ext
-        sums.free += self.cfg.pool_slots - allocated - ext
-        sums.batch += self.N
-        if self.N > self.peak_batch:
-            self.peak_batch = self.N
-        self.steps += 1
-        if self.timeline_every and self.steps % self.timeline_every == 0:
-            self._timeline_point(s, self.now, used, allocated, ext)
-        duration = self.cfg.step.duration(used, prefill)
-        if self.N:
-            self.busy_ps += duration
-        self.now += duration
 
-    def _timeline_point(self, s: int, now_ps: int, used: int, allocated: int, ext: int) -> None:
-        internal = self._internal_now(s)
-        self.sums.timeline.append((s, now_ps, used, allocated - used - internal, internal, ext,
-                                   self.cfg.pool_slots - allocated - ext))
+def _point(timeline: list, running: dict, pool: int, x: int, clock: int, used: int, allocated: int,
+           ext: int) -> None:
+    """A timeline point: (step, clock ps at its start, token, reserved, internal, external, free slots)."""
+    internal = sum(r[_WASTE] for r in running.values() if x >= r[_WFROM])
+    timeline.append((x, clock, used, allocated - used - internal, internal, ext, pool - allocated - ext))
 
-    def _complete(self, s: int) -> bool:
-        freed = False
-        while self.events and self.events[0][0] <= s:
-            _, order, epoch, g = heapq.heappop(self.events)
-            if self.running.get(order) is not g or g.epoch != epoch:
-                continue  # stale: preempted since
-            self._remove(g, s)
-            self.completed += 1
-            self.generated += g.req.n * g.req.output
-            freed = True
-        if self.progress and freed:
-            self.progress(self.completed)
-        return freed
 
-    # -- runs of quiet steps -------------------------------------------------------------------
-    def _clock_after(self, s0: int, count: int) -> int:
-        """Clock after ``count`` quiet steps from s0 (no prefill): closed form."""
-        step = self.cfg.step
-        u0 = self._used(s0) if self.running else 0
-        return self.now + count * step.base_ps + step.per_token_ps * (count * u0 + self.N * count * (count - 1) // 2)
-
-    def _quiet_until(self) -> int:
-        """The next step at which something happens (exclusive end of the quiet run)."""
-        s = self.s
-        events = self.events
-        while events and (self.running.get(events[0][1]) is not events[0][3] or events[0][3].epoch != events[0][2]):
-            heapq.heappop(events)  # stale
-        end = events[0][0] if events else 1 << 62
-        # An arrival is an event only when nobody waits: behind a blocked head (FCFS) it cannot be
-        # admitted, so it just joins the queue (see _quiet_run).
-        if self.next_arrival < len(self.pending) and not self.waiting:
-            target = self.pending[self.next_arrival].arrival_ps
-            if self.now >= target:
-                return s
-            lo, hi = 1, max(1, end - s)
-            if self._clock_after(s, hi) >= target:
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if self._clock_after(s, mid) >= target:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                end = min(end, s + lo)
-        if self.paged and self.running:
-            # the first step whose growth does not fit
-            def over(x: int) -> bool:
-                return self._blocks(x) > self.pool_blocks
-
-            if end - 1 >= s and over(end - 1):
-                lo, hi = s, end - 1
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if over(mid):
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                end = lo
-        return end
-
-    def _quiet_run(self, end: int) -> None:
-        """Account steps [self.s, end) in closed form: growth only, nothing admitted or freed."""
-        s0, count = self.s, end - self.s
-        if count <= 0:
-            return
-        used0 = self._used(s0)
-        used_sum = count * used0 + self.N * count * (count - 1) // 2
-        if self.paged:
-            allocated_sum = used_sum + self._slack_sum(s0, count)
-        else:
-            allocated_sum = count * self.allocated_contig
-        ext = self.ext_now
-        sums = self.sums
-        sums.token += used_sum
-        sums.allocated += allocated_sum
-        sums.external += count * ext
-        sums.free += count * self.cfg.pool_slots - allocated_sum - count * ext
-        sums.batch += count * self.N
-        if self.timeline_every:
-            last = end - 1
-            self._timeline_point(last, self._clock_after(s0, count - 1), self._used(last), self._allocated(last), ext)
-        # arrivals during the run join the queue behind its blocked head (only when someone waits)
-        if self.waiting:
-            last_start = self._clock_after(s0, count - 1)  # clock at the start of the run's last step
-            pend = self.pending
-            while self.next_arrival < len(pend) and pend[self.next_arrival].arrival_ps <= last_start:
-                r = pend[self.next_arrival]
-                self.waiting.append(_Group(req=r, t=r.prompt))
-                self.next_arrival += 1
-            self.peak_waiting = max(self.peak_waiting, len(self.waiting))
-        after = self._clock_after(s0, count)
-        if self.N:
-            self.busy_ps += after - self.now
-        self.now = after
-        self.steps += count
-        self.s = end
-
-    def run(self) -> SimResult:
-        total = len(self.pending)
-        if self.timeline_points:
-            self.timeline_every = max(1, (sum(r.output for r in self.pending) // max(1, self.cfg.max_num_seqs) + total)
-                                      // self.timeline_points)
-        first_arrival = self.pending[0].arrival_ps if self.pending else 0
-        must_step = True
-        while self.next_arrival < total or self.waiting or self.running:
-            if not self.waiting and not self.running:
-                self.now = max(self.now, self.pending[self.next_arrival].arrival_ps)
-                must_step = True
-            if must_step:
-                must_step = self._full_step()
-                continue
-            end = self._quiet_until()
-            if end > self.s:
-                self._quiet_run(end)
-            must_step = self._full_step()
-        return self._result(first_arrival)
-
-    def _result(self, first_arrival: int) -> SimResult:
-        steps = self.steps
-        denom = max(1, steps) * self.cfg.pool_slots
-        seconds = (self.now - first_arrival) / 1e12 if steps else 0.0
-        busy = self.busy_ps / 1e12
-        drain = (self.now - self.last_arrival) / 1e12 if steps else 0.0
-        s = self.sums
-        return SimResult(
-            allocator=self.alloc.name,
-            token_states_frac=s.token / denom, reserved_frac=(s.allocated - s.token - s.internal) / denom,
-            internal_frag_frac=s.internal / denom, external_frag_frac=s.external / denom, free_frac=s.free / denom,
-            mean_batch_size=s.batch / max(1, steps), peak_batch_size=self.peak_batch, preemptions=self.preemptions,
-            completed=self.completed, rejected=sum(self.reasons.values()), rejected_reasons=dict(self.reasons),
-            makespan_steps=steps, makespan_seconds=seconds, generated_tokens=self.generated,
-            throughput_tokens_per_s=self.generated / busy if busy else 0.0, busy_seconds=busy,
-            drain_seconds=drain, peak_waiting=self.peak_waiting,
-            mean_queue_seconds=self.queue_ps / max(1, self.completed) / 1e12, timeline=tuple(s.timeline),
-        )
+def _check_invariants(v: dict) -> None:
+    """Every request accounted for; memory adds up; nothing held twice (placement regions disjoint).
+    ``v`` is the loop's local variables at the end of a step's admission."""
+    running, s, B, paged = v["running"], v["s"], v["B"], v["paged"]
+    accounted = (v["completed"] + sum(v["reasons"].values()) + len(running) + len(v["front"])
+                 + (v["nxt"] - v["lo"]) + (v["total"] - v["nxt"]))
+    assert accounted == v["n_total"], "a request was lost"
+    assert set(v["front"]) == set(v["held"]) and len(v["front"]) == len(v["held"]) == v["nfront"]
+    used, allocated = v["used"], v["allocated"]
+    assert 0 <= used <= allocated <= v["pool"], (used, allocated)
+    internal = sum(r[_WASTE] for r in running.values() if s >= r[_WFROM])
+    assert 0 <= internal <= allocated - used
+    assert v["N"] == sum(r[_N] for r in running.values())
+    Pb = v["Pb"]
+    truth = sum(B * ((r[_GSH] - Pb) - r[_N] * r[_GSH]) + r[_N] * (r[_TB] + s) for r in running.values())
+    assert truth + B * Pb == v["U"] + v["N"] * s
+    if paged:
+        assert allocated % B == 0 and allocated // B <= v["P"]
+        blocks = sum((r[_GSH] - Pb) + r[_N] * (-(-(r[_TB] + s) // B) - r[_GSH]) for r in running.values())
+        assert allocated == (B * (blocks + Pb) if running else 0)
+    else:
+        regions = sorted((off, r[_REGION]) for r in running.values() for off in r[_OFFS])
+        for (a, size), (b, _) in pairwise(regions):
+            assert a + size <= b, "two reservations overlap"
+        assert sum(size for _, size in regions) == v["alloc_contig"]
+        assert v["place"].free_slots() == v["pool"] - v["alloc_contig"]

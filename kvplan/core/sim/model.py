@@ -24,8 +24,11 @@ least one running sequence; throughput is generated tokens per busy second.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import overload
 
 from kvplan.errors import InputError
 
@@ -51,6 +54,74 @@ class SimRequest:
     @property
     def final_len(self) -> int:
         return self.prompt + self.output
+
+
+class RequestArrays(Sequence[SimRequest]):
+    """Requests as four flat ``array('q')`` columns, request ``i`` being position ``i`` (its id).
+
+    A million ``SimRequest`` objects take about 200 MB, and forked simulator workers copy the pages
+    their reference counts touch; four arrays take 32 MB and are shared as they are. Indexing and
+    iteration still give ``SimRequest`` values, so code written for a list keeps working.
+    """
+
+    __slots__ = ("arrival_ps", "n", "output", "prompt")
+
+    def __init__(self, arrival_ps: Iterable[int], prompt: Iterable[int], output: Iterable[int],
+                 n: Iterable[int]) -> None:
+        self.arrival_ps = arrival_ps if isinstance(arrival_ps, array) else array("q", arrival_ps)
+        self.prompt = prompt if isinstance(prompt, array) else array("q", prompt)
+        self.output = output if isinstance(output, array) else array("q", output)
+        self.n = n if isinstance(n, array) else array("q", n)
+        if not len(self.arrival_ps) == len(self.prompt) == len(self.output) == len(self.n):
+            raise ValueError("request columns differ in length")
+
+    @classmethod
+    def of(cls, requests: Iterable[SimRequest]) -> RequestArrays:
+        """The requests in (arrival, id) order; ids become positions in that order."""
+        if isinstance(requests, RequestArrays):
+            return requests
+        rs = sorted(requests, key=lambda r: (r.arrival_ps, r.id))
+        return cls([r.arrival_ps for r in rs], [r.prompt for r in rs], [r.output for r in rs], [r.n for r in rs])
+
+    def __len__(self) -> int:
+        return len(self.arrival_ps)
+
+    @overload
+    def __getitem__(self, i: int) -> SimRequest: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[SimRequest]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return SimRequest(id=i, arrival_ps=self.arrival_ps[i], prompt=self.prompt[i], output=self.output[i],
+                          n=self.n[i])
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        for i, (a, p, o, n) in enumerate(zip(self.arrival_ps, self.prompt, self.output, self.n)):
+            yield SimRequest(id=i, arrival_ps=a, prompt=p, output=o, n=n)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RequestArrays):
+            return NotImplemented
+        return (self.arrival_ps == other.arrival_ps and self.prompt == other.prompt and self.output == other.output
+                and self.n == other.n)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RequestArrays({len(self)} requests)"
+
+    def is_sorted(self) -> bool:
+        """Whether arrivals never decrease (synthetic arrivals are a running sum: always)."""
+        from itertools import islice
+        from operator import le
+
+        a = self.arrival_ps
+        return all(map(le, a, islice(a, 1, None)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,13 +158,20 @@ class AllocatorSpec:
     reservation: str = ""  # contiguous: "max", "pow2", "oracle"
     placement: str = "buddy"  # contiguous: "buddy" or "first-fit"
 
-    def reservation_slots(self, final_len: int, max_model_len: int) -> int:
-        """Slots a contiguous allocator reserves for one sequence (before placement rounding)."""
+    def reservation_slots(self, prompt: int, output: int, max_model_len: int) -> int:
+        """Slots a contiguous allocator reserves for one sequence (before placement rounding).
+
+        The vLLM paper's Orca baselines (Kwon et al., SOSP 2023, section 6.1): Max reserves "up to the
+        maximum sequence length of the model"; Pow2 "over-reserves the space for outputs by at most 2x.
+        For example, if the true output length is 25, it reserves 32 positions for outputs": the prompt
+        plus the output rounded up to a power of two (never past max_model_len, Max's reservation);
+        Oracle knows the output length: prompt + output.
+        """
         if self.reservation == "max":
             return max_model_len
         if self.reservation == "pow2":
-            return next_pow2(final_len)
-        return final_len
+            return min(prompt + next_pow2(output), max_model_len)
+        return prompt + output
 
 
 CONTIGUOUS = {"contiguous-max": "max", "contiguous-pow2": "pow2", "contiguous-oracle": "oracle"}
@@ -156,12 +234,95 @@ def rejection(req: SimRequest, cfg: SimConfig, alloc: AllocatorSpec) -> str | No
         if blocks > cfg.pool_slots // b:
             return "larger_than_kv_pool"
     else:
-        need = alloc.reservation_slots(req.final_len, cfg.max_model_len)
+        need = alloc.reservation_slots(req.prompt, req.output, cfg.max_model_len)
         if alloc.placement == "buddy":
             need = next_pow2(need)
         if req.n * need > cfg.pool_slots:
             return "larger_than_kv_pool"
     return None
+
+
+PERCENTILES = (50, 90, 99)
+
+
+def screen(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec,
+           rule=None) -> tuple[list[int] | None, dict[str, int]]:
+    """The requests that can run (positions, or None for all) and the others' reasons.
+
+    ``rule`` is ``rejection`` unless a test substitutes its own. With ``rejection``, bounds over the
+    columns (largest prompt, output, n; smallest prompt) show in one pass of C loops that no rule
+    can fire, which is the usual case; otherwise every request is asked.
+    """
+    rule = rule or rejection
+    n_req = len(reqs)
+    if not n_req:
+        return None, {}
+    if rule is rejection:
+        from operator import add
+
+        p, o, ns = reqs.prompt, reqs.output, reqs.n
+        max_p, max_o, max_n = max(p), max(o), max(ns)
+        max_final = max(map(add, p, o))
+        mml = cfg.max_model_len
+        ok = (max_p < mml and max_final <= mml and min(p) >= cfg.shared_prefix and max_n <= cfg.max_num_seqs
+              and max_p <= cfg.max_num_batched_tokens)
+        if ok and alloc.paged:
+            ok = max_n * -(-max_final // alloc.block_size) <= cfg.pool_slots // alloc.block_size
+        elif ok:
+            bound = (mml if alloc.reservation == "max" else
+                     min(max_p + next_pow2(max_o), mml) if alloc.reservation == "pow2" else max_final)
+            if alloc.placement == "buddy":
+                bound = next_pow2(bound)
+            ok = max_n * bound <= cfg.pool_slots
+        if ok:
+            return None, {}
+    keep: list[int] = []
+    reasons: dict[str, int] = {}
+    for i, r in enumerate(reqs):
+        why = rule(r, cfg, alloc)
+        if why:
+            reasons[why] = reasons.get(why, 0) + 1
+        else:
+            keep.append(i)
+    return keep, reasons
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Percentiles:
+    """Nearest-rank percentiles, in seconds: the smallest value with at least p% of the values at or
+    below it (no interpolation, so every engine gives the same number from the same per-request times)."""
+
+    p50: float
+    p90: float
+    p99: float
+
+
+def percentiles_s(values_ps: Iterable[int]) -> Percentiles:
+    """p50/p90/p99 of integer picosecond values, in seconds (nearest rank); zeros when empty."""
+    v = sorted(values_ps)
+    n = len(v)
+    if not n:
+        return Percentiles(p50=0.0, p90=0.0, p99=0.0)
+    p50, p90, p99 = (v[-(-p * n // 100) - 1] / 1e12 for p in PERCENTILES)
+    return Percentiles(p50=p50, p90=p90, p99=p99)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """Per-request latency of the completed requests, by percentile, in seconds.
+
+    queue: arrival to first admission; ttft (time to first token): arrival to the end of the step that
+    first prefilled the prompt (a step's clock is its start plus its duration); e2e: arrival to the end
+    of the step that completed the request (preemptions and recomputes included).
+    """
+
+    queue_s: Percentiles
+    ttft_s: Percentiles
+    e2e_s: Percentiles
+
+
+def latency_of(queue_ps: Sequence[int], ttft_ps: Sequence[int], e2e_ps: Sequence[int]) -> Latency:
+    return Latency(queue_s=percentiles_s(queue_ps), ttft_s=percentiles_s(ttft_ps), e2e_s=percentiles_s(e2e_ps))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,3 +349,4 @@ class SimResult:
     mean_queue_seconds: float
     # (step, clock ps at the step's start, token, reserved, internal, external, free slots)
     timeline: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
+    latency: Latency | None = None  # None from an engine that does not time requests

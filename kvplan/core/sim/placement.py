@@ -15,12 +15,14 @@ from kvplan.core.sim.model import next_pow2
 class BuddyAllocator:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.free_lists: dict[int, set[int]] = {}  # order -> offsets of free blocks
+        orders = max(1, capacity.bit_length())
+        self.free_lists: list[set[int]] = [set() for _ in range(orders)]  # order -> offsets of free blocks
+        self.nonempty = 0  # bit o set when free_lists[o] is not empty: the smallest fitting order in O(1)
         self.top_order: dict[int, int] = {}  # start of each top block -> its order
         offset = 0
         for order in range(capacity.bit_length() - 1, -1, -1):
             if capacity >> order & 1:
-                self.free_lists.setdefault(order, set()).add(offset)
+                self._push(order, offset)
                 self.top_order[offset] = order
                 offset += 1 << order
         self.used: dict[int, int] = {}  # offset -> order of allocated blocks
@@ -29,42 +31,56 @@ class BuddyAllocator:
     def rounded(size: int) -> int:
         return next_pow2(size)
 
-    def _top_of(self, offset: int) -> int:
-        start = max(s for s in self.top_order if s <= offset)
-        return self.top_order[start]
+    def _push(self, order: int, offset: int) -> None:
+        self.free_lists[order].add(offset)
+        self.nonempty |= 1 << order
 
     def can_allocate(self, size: int) -> bool:
-        order = (size - 1).bit_length()
-        return any(blocks for o, blocks in self.free_lists.items() if o >= order)
+        return bool(self.nonempty >> (size - 1).bit_length())
 
     def allocate(self, size: int) -> int | None:
         order = (size - 1).bit_length()
-        candidates = [o for o, blocks in self.free_lists.items() if o >= order and blocks]
-        if not candidates:
+        nonempty = self.nonempty
+        fitting = nonempty >> order
+        if not fitting:
             return None
-        o = min(candidates)
-        offset = min(self.free_lists[o])  # lowest address: deterministic placement
-        self.free_lists[o].discard(offset)
-        while o > order:
+        o = order + (fitting & -fitting).bit_length() - 1  # the smallest free block that fits
+        lists = self.free_lists
+        blocks = lists[o]
+        offset = min(blocks)  # lowest address: deterministic placement
+        blocks.discard(offset)
+        if not blocks:
+            nonempty &= ~(1 << o)
+        while o > order:  # split, keeping the lower half
             o -= 1
-            self.free_lists.setdefault(o, set()).add(offset + (1 << o))
+            lists[o].add(offset + (1 << o))
+            nonempty |= 1 << o
+        self.nonempty = nonempty
         self.used[offset] = order
         return offset
 
     def free(self, offset: int) -> None:
         order = self.used.pop(offset)
-        top = self._top_of(offset)
-        while order < top:
+        lists = self.free_lists
+        nonempty = self.nonempty
+        # Coalesce with free buddies. No bound is needed at a top block: its buddy (start + size) is where
+        # the next, smaller top block starts (or the pool ends), and no block of its size can begin there.
+        while True:
             buddy = offset ^ (1 << order)
-            if buddy not in self.free_lists.get(order, ()):
+            blocks = lists[order]
+            if buddy not in blocks:
                 break
-            self.free_lists[order].discard(buddy)
-            offset = min(offset, buddy)
+            blocks.discard(buddy)
+            if not blocks:
+                nonempty &= ~(1 << order)
+            if buddy < offset:
+                offset = buddy
             order += 1
-        self.free_lists.setdefault(order, set()).add(offset)
+        lists[order].add(offset)
+        self.nonempty = nonempty | 1 << order
 
     def free_slots(self) -> int:
-        return sum(len(blocks) << o for o, blocks in self.free_lists.items())
+        return sum(len(blocks) << o for o, blocks in enumerate(self.free_lists))
 
 
 class FirstFitAllocator:

@@ -9,16 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kvplan.core.sim.model import (
-    AllocatorSpec,
-    SimConfig,
-    SimRequest,
-    SimResult,
-    fits_budget,
-    no_progress_reason,
-    prefill_cost,
-    rejection,
-)
+from kvplan.core.sim.model import (AllocatorSpec, SimConfig, SimRequest, SimResult, fits_budget, latency_of,
+                                   no_progress_reason, prefill_cost, rejection)
 from kvplan.core.sim.placement import make_placement
 
 
@@ -35,6 +27,8 @@ class Group:
     region: int = 0  # contiguous: slots per region after placement rounding
     started: bool = False
     queued_at: int = 0
+    admitted_at: int = 0  # clock when first admitted
+    first_token_at: int = 0  # clock at the end of the step that first prefilled it
 
 
 def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: AllocatorSpec) -> SimResult:
@@ -74,8 +68,12 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
     def group_blocks(g: Group, t: int) -> int:
         return (G(g) - Pb) + g.req.n * (cdiv(t, B) - G(g))
 
+    lat_queue: list[int] = []
+    lat_ttft: list[int] = []
+    lat_e2e: list[int] = []
+
     def region_size(g: Group) -> int:
-        need = alloc.reservation_slots(g.req.final_len, cfg.max_model_len)
+        need = alloc.reservation_slots(g.req.prompt, g.req.output, cfg.max_model_len)
         return place.rounded(need)  # type: ignore[union-attr]
 
     while pending_q or waiting or running:
@@ -114,6 +112,7 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
         # admission
         prefill = 0
         blocked = None
+        first_time: list[Group] = []
         if not preempted:
             seqs = sum(g.req.n for g in running)
             while waiting:
@@ -149,6 +148,8 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
                 if not g.started:
                     queue_ps += now - g.queued_at
                     g.started = True
+                    g.admitted_at = now
+                    first_time.append(g)
                 prefill += cost
                 order += 1
                 g.order = order
@@ -183,6 +184,8 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
         duration = cfg.step.duration(used, prefill)
         busy_ps += duration if batch else 0
         now += duration
+        for g in first_time:
+            g.first_token_at = now
 
         # completion
         for g in list(running):
@@ -190,6 +193,9 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
                 running.remove(g)
                 completed += 1
                 generated += g.req.n * g.req.output
+                lat_queue.append(g.admitted_at - g.queued_at)
+                lat_ttft.append(g.first_token_at - g.queued_at)
+                lat_e2e.append(now - g.queued_at)
                 if alloc.paged:
                     free_blocks += group_blocks(g, g.t) + (Pb if not running else 0)
                 else:
@@ -214,4 +220,5 @@ def simulate_reference(requests: list[SimRequest], cfg: SimConfig, alloc: Alloca
         throughput_tokens_per_s=generated / busy if busy else 0.0, busy_seconds=busy,
         drain_seconds=(now - last_arrival) / 1e12 if steps else 0.0, peak_waiting=peak_waiting,
         mean_queue_seconds=queue_ps / max(1, completed) / 1e12,
+        latency=latency_of(lat_queue, lat_ttft, lat_e2e) if completed else None,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvplan.core.sim.workload import Arrivals, LengthDist, synthetic_requests
 
@@ -53,3 +55,46 @@ def test_shared_prefix_is_part_of_the_prompt_and_the_clock_is_bounded():
     for bad in (MAX_CLOCK_S * 1.001, float("inf"), float("nan"), -1.0):
         with pytest.raises(InputError, match="past the simulator's clock"):
             clip_request(0, bad, 10, 10, **kw)
+
+
+def test_the_random_stream_order():
+    """Every seed keeps its requests: all arrival gaps are drawn first, then each request's prompt and
+    output in turn, straight from ``random.Random(seed)`` (rebuilt here without kvplan's samplers)."""
+    import math
+    import random
+
+    count, rate, seed = 500, 3.0, 11
+    reqs = synthetic_requests(count=count, arrivals=Arrivals(process="poisson", rate=rate),
+                              prompt=LengthDist(dist="lognormal", mean=161, sigma=1.0),
+                              output=LengthDist(dist="uniform", low=1, high=900), seed=seed, max_model_len=2048)
+    rng = random.Random(seed)
+    t, times = 0.0, []
+    for _ in range(count):
+        t += rng.expovariate(rate)
+        times.append(t)
+    mu = math.log(161) - 0.5
+    for i in range(count):
+        p = max(1, min(round(rng.lognormvariate(mu, 1.0)), 2047))
+        o = max(1, min(rng.randint(1, 900), 2048 - p))
+        assert (reqs[i].arrival_ps, reqs[i].prompt, reqs[i].output, reqs[i].n) == (round(times[i] * 10**12), p, o, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.floats(0, 1e6), st.integers(-5, 5000), st.integers(-5, 5000)), max_size=40),
+       mml=st.integers(2, 4096), prefix=st.integers(0, 5000), n=st.integers(1, 4), clip=st.booleans())
+def test_columns_clip_as_clip_request(rows, mml, prefix, n, clip):
+    from kvplan.core.sim.workload import clip_columns, clip_request
+
+    cols = clip_columns([t for t, _, _ in rows], [p for _, p, _ in rows], [o for _, _, o in rows],
+                        max_model_len=mml, shared_prefix=prefix, n=n, clip_prompt=clip)
+    assert list(cols) == [clip_request(i, t, p, o, max_model_len=mml, shared_prefix=prefix, n=n, clip_prompt=clip)
+                          for i, (t, p, o) in enumerate(rows)]
+
+
+def test_columns_name_the_first_request_off_the_clock():
+    from kvplan.core.sim.workload import MAX_CLOCK_S, clip_columns
+    from kvplan.errors import InputError
+
+    for bad in (float("nan"), float("inf"), -1.0, MAX_CLOCK_S * 2):
+        with pytest.raises(InputError, match="request 2 arrives at"):
+            clip_columns([0.0, 1.0, bad, 2.0], [1] * 4, [1] * 4, max_model_len=64, shared_prefix=0, n=1)

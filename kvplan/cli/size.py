@@ -322,9 +322,8 @@ def show(
         console.print(f"[dim]provenance: {spec.provenance}[/]")
     for note in spec.notes:
         console.print(f"[yellow]note:[/] {note}")
-    table = Table()
-    for col in ("layers", "kind", "what is cached", f"KV bytes/token/layer ({spec.dtype})"):
-        table.add_column(col)
+    # folding columns (new_table): a long layer list or description wraps instead of losing its end
+    table = new_table("layers", "kind", "what is cached", f"KV bytes/token/layer ({spec.dtype})")
     for row in rows:
         if row["kind"] == "mla":
             cached = (f"latent: {row['kv_lora_rank']} + {row['qk_rope_head_dim']} rope, one vector\n"
@@ -358,7 +357,7 @@ def show(
             cached = row["description"]
             per_tok = bytes_cell(row["bytes_per_token"])
         table.add_row(f"{len(row['layers'])} x [{format_indices(row['layers'])}]", row["kind"], cached, per_tok)
-    console.print(table)
+    print_table(console, table)
 
 
 @app.command()

@@ -34,6 +34,9 @@ COMMANDS = [
     ["models"],
     ["show", "deepseek-v3"],
     ["show", "qwen3-next-80b-a3b"],
+    ["show", "gemma3n-e4b"],  # a long layer list folds, never cut
+    ["show", "falcon-h1-34b"],
+    ["show", "deepseek-v4-pro"],
     ["gpus"],
     ["examples"],
     ["engines"],

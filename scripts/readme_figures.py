@@ -217,9 +217,16 @@ def engine_profiles() -> str:
     return "\n".join(out).rstrip()
 
 
+def _this_checkout() -> dict[str, str]:
+    """The environment for a benchmark script: this checkout's kvplan first on the path (a script's own
+    folder, not the checkout, starts sys.path, and an installed kvplan may be another checkout's)."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
 def timings_size() -> str:
     out = subprocess.run([sys.executable, "benchmarks/bench_size.py"], capture_output=True, text=True, cwd=ROOT,
-                         check=True).stdout
+                         check=True, env=_this_checkout()).stdout
     return "```\n$ python benchmarks/bench_size.py\n" + out.rstrip() + "\n```"
 
 
@@ -235,7 +242,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
 }
 def timings_simulate() -> str:
     out = subprocess.run([sys.executable, "benchmarks/bench_simulate.py"], capture_output=True, text=True, cwd=ROOT,
-                         check=True).stdout
+                         check=True, env=_this_checkout()).stdout
     return "```\n$ python benchmarks/bench_simulate.py\n" + out.rstrip() + "\n```"
 
 

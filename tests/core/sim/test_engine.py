@@ -228,3 +228,14 @@ def test_pow2_is_the_papers_rule():
     assert pow2.reservation_slots(1500, 600, 2048) == 2048  # never more than Orca (Max)'s reservation
     assert oracle.reservation_slots(40, 25, 2048) == 65
     assert mx.reservation_slots(40, 25, 2048) == 2048
+
+
+@given(gap=st.integers(1, 10**18), a1=st.integers(1, 10**13), a2=st.integers(0, 10**9))
+def test_first_step_reaching_a_clock_is_the_least(gap, a1, a2):
+    from kvplan.core.sim.engine import _first_reaching
+
+    def f(c):
+        return a1 * c + a2 * c * (c - 1) // 2
+
+    c = _first_reaching(gap, a1, a2)
+    assert c >= 1 and f(c) >= gap and (c == 1 or f(c - 1) < gap)

@@ -9,12 +9,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvplan.core.engines import get_engine
-from kvplan.core.sizing import size_kv
 from kvplan.core.spec import NoCacheLayer
 from kvplan.core.weights import count_params
 from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.validate.hf_cache import build_model, measure_decode
+from tests.validate.hf_check import assert_hf_equals_measured, build_or_skip
 
 _BASE = {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 128, "max_position_embeddings": 256}
 S, F = "sliding_attention", "full_attention"
@@ -61,24 +60,13 @@ SHAPES = [(1, 3, 4), (2, 5, 7), (2, 12, 20)]
 
 @pytest.fixture(scope="module", params=sorted(TINY))
 def tiny(request):
-    name = request.param
-    try:
-        return name, TINY[name], {dt: build_model(TINY[name], dtype=dt) for dt in ("float32", "bfloat16")}
-    except (ValueError, KeyError, ImportError) as exc:  # a model type this transformers lacks
-        pytest.skip(f"{name}: transformers cannot build it here ({exc})")
+    return build_or_skip(request.param, TINY[request.param])
 
 
 @pytest.mark.parametrize("batch,prompt_len,seq_len", SHAPES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_hf_engine_equals_measured_cache(tiny, dtype, batch, prompt_len, seq_len):
-    name, config, models = tiny
-    measured = measure_decode(models[dtype], batch=batch, prompt_len=prompt_len, seq_len=seq_len)
-    spec = spec_from_hf_config(dict(config, torch_dtype=dtype), name=name, origin=name)
-    predicted = size_kv(spec, get_engine("hf"), batch=batch, seq_len=seq_len)
-    assert measured.total_bytes > 0
-    assert predicted.total_bytes == measured.total_bytes, (name, measured.per_layer_bytes)
-    for group in predicted.groups:
-        assert group.total_bytes == sum(measured.per_layer_bytes[i] for i in group.layer_indices)
+    assert_hf_equals_measured(tiny, dtype, batch, prompt_len, seq_len)
 
 
 @pytest.mark.parametrize("name,shared", [("gemma4-kv-shared", {4: 3, 5: 2}), ("gemma3n-kv-shared", {3: 1, 4: 2})])

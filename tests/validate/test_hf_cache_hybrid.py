@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from kvplan.core.engines import get_engine  # noqa: E402
 from kvplan.core.sizing import size_kv  # noqa: E402
 from kvplan.io.hf_config import spec_from_hf_config  # noqa: E402
-from kvplan.validate.hf_cache import build_model, measure_decode  # noqa: E402
+from tests.validate.hf_check import assert_hf_equals_measured, build_or_skip  # noqa: E402
 
 _BASE = dict(hidden_size=64, intermediate_size=128, vocab_size=128, max_position_embeddings=256,
              pad_token_id=0, bos_token_id=0, eos_token_id=0)
@@ -67,11 +67,7 @@ SHAPES = [(1, 3, 4), (2, 5, 7)]
 
 @pytest.fixture(scope="module", params=sorted(TINY))
 def tiny(request):
-    name = request.param
-    try:
-        return name, TINY[name], {dt: build_model(TINY[name], dtype=dt) for dt in ("float32", "bfloat16")}
-    except (ValueError, KeyError, ImportError) as exc:  # a model type this transformers lacks
-        pytest.skip(f"{name}: transformers cannot build it here ({exc})")
+    return build_or_skip(request.param, TINY[request.param])
 
 
 def _with_dtype(config: dict, dtype: str) -> dict:
@@ -81,14 +77,7 @@ def _with_dtype(config: dict, dtype: str) -> dict:
 @pytest.mark.parametrize("batch,prompt_len,seq_len", SHAPES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_hf_engine_equals_measured_cache(tiny, dtype, batch, prompt_len, seq_len):
-    name, config, models = tiny
-    measured = measure_decode(models[dtype], batch=batch, prompt_len=prompt_len, seq_len=seq_len)
-    spec = spec_from_hf_config(_with_dtype(config, dtype), name=name, origin=name)
-    predicted = size_kv(spec, get_engine("hf"), batch=batch, seq_len=seq_len)
-    assert measured.total_bytes > 0
-    assert predicted.total_bytes == measured.total_bytes, (name, measured.per_layer_bytes)
-    for group in predicted.groups:  # layer by layer too
-        assert group.total_bytes == sum(measured.per_layer_bytes[i] for i in group.layer_indices), group.description
+    assert_hf_equals_measured(tiny, dtype, batch, prompt_len, seq_len)
 
 
 def test_the_recurrent_states_are_what_makes_bf16_differ_from_half_of_fp32():

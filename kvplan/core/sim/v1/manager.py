@@ -199,13 +199,7 @@ class KVCacheManager:
                 o.append(held if held.__class__ is int else held[0])  # type: ignore[index]
             return out, len(o) * b
         if sg.kind == FULL:
-            for j in range(min(max_blocks, len(keys))):
-                k = keys[j]
-                got = [lookup(gi, k) for gi in ids]
-                if None in got:
-                    break
-                for o, blk in zip(out, got):
-                    o.append(blk)  # type: ignore[arg-type]
+            self._extend_hits(out, ids, keys, 0, min(max_blocks, len(keys)))
             return out, len(out[0]) * b
         if sg.kind == SLIDING:
             need = -(-(sg.window - 1) // b)
@@ -233,14 +227,20 @@ class KVCacheManager:
         # chunked local attention: every block before the current chunk is computed (null)
         start = (max_len // sg.window * sg.window) // b if max_len > 0 else 0
         out = [[0] * start for _ in ids]
-        for j in range(start, min(max_blocks, len(keys))):
+        self._extend_hits(out, ids, keys, start, min(max_blocks, len(keys)))
+        return out, len(out[0]) * b
+
+    def _extend_hits(self, out: list[list[int]], ids: list[int], keys: list[int], start: int, stop: int) -> None:
+        """Append to each group's list the blocks cached under keys[start:stop], up to the first key some group
+        of the spec misses (a hit must hold in every group: full and chunked-local managers)."""
+        lookup = self.pool.lookup
+        for j in range(start, stop):
             k = keys[j]
             got = [lookup(gi, k) for gi in ids]
             if None in got:
                 break
             for o, blk in zip(out, got):
                 o.append(blk)  # type: ignore[arg-type]
-        return out, len(out[0]) * b
 
     # -- allocation ------------------------------------------------------------------------------------
     def _to_allocate(self, r: ReqState, n: int, hits: list[list[int]] | None, total: int, cap: bool) -> int:

@@ -30,9 +30,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from bisect import bisect_right
 from heapq import heappop, heappush
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from math import isqrt
-from operator import add, sub
 
 from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, SimConfig, SimRequest, SimResult,
                                    latency_of, no_progress_reason, rejection, screen)
@@ -107,9 +106,15 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     base, tok, pre = cfg.step.base_ps, cfg.step.per_token_ps, cfg.step.per_prefill_token_ps
     max_seqs, mnbt = cfg.max_num_seqs, cfg.max_num_batched_tokens
     recompute = cfg.preemption is Preemption.RECOMPUTE
-    # paged: slack of all last blocks by step mod B; rows[q][r]: one sequence's slack at step r when tb = q
-    slack = [0] * B
-    rows = [[(-q - r) % B for r in range(B)] for q in range(B)]
+    # paged: the slack of all last blocks for each residue r of the step mod B, and its running sum over
+    # the residues before r, packed as fields of one integer (_packed_row): a sequence starts or stops
+    # with one addition, not B
+    slack = 0
+    w = (max(1, max_seqs) * B * B).bit_length() + 1  # a field's bits: N (B - 1) B bounds the sums
+    m = (1 << w) - 1
+    wB = w * B  # where the running sums start
+    sum_all = B * (B - 1) // 2  # one sequence's slack summed over all B residues
+    rows: list[int | None] = [None] * B  # rows[q]: one sequence's fields when tb = q mod B (built when first used)
 
     s = now = 0
     nxt = lo = 0  # arrived: [0, nxt); waiting fresh (never admitted): [lo, nxt)
@@ -155,11 +160,11 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         preempted = False
         b_now = 0  # paged: blocks held at step s
         if paged and running:
-            b_now = (U + N * s + slack[s % B]) // B
+            b_now = (U + N * s + (slack >> w * (s % B) & m)) // B
             if b_now > P:
                 # growth at step s does not fit: the oldest k groups survive for the largest k whose
                 # growth fits in the free blocks plus what the younger ones release (rule 2)
-                b_prev = (U + N * (s - 1) + slack[(s - 1) % B]) // B
+                b_prev = (U + N * (s - 1) + (slack >> w * ((s - 1) % B) & m)) // B
                 need, free, released = b_now - b_prev, P - b_prev, 0
                 victims = []
                 for o_ in reversed(running):
@@ -175,8 +180,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     i, tb, n, wfrom, waste, gsh, _, _, admit_ps, ttft_ps = running.pop(o_)
                     N -= n
                     U -= B * ((gsh - Pb) - n * gsh) + n * tb
-                    row = rows[tb % B]
-                    slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
+                    slack -= rows[tb % B] * n
                     if s > wfrom:  # its waste counts up to step s - 1: it has not grown this step
                         sum_int += waste * (s - wfrom)
                     held[i] = (tb + s - 1, admit_ps, ttft_ps)
@@ -205,7 +209,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     blocked = "seqs"
                 else:
                     gsh = prm[i] // B if n > 1 else Pb
-                    if (gsh - Pb) + n * (-(-held[i][0] // B) - gsh) > P - (U + N * (s + 1) + slack[(s + 1) % B]) // B:
+                    if (gsh - Pb) + n * (-(-held[i][0] // B) - gsh) > P - (U + N * (s + 1) + (slack >> w * ((s + 1) % B) & m)) // B:
                         blocked = "memory"
                 settled = blocked is not None
         elif not settled:
@@ -299,7 +303,9 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                          ttft_ps]
                     U += B * ((gsh - Pb) - n * gsh) + n * tb
                     row = rows[tb % B]
-                    slack = list(map(add, slack, row)) if n == 1 else [a + n * b for a, b in zip(slack, row)]
+                    if row is None:
+                        row = rows[tb % B] = _packed_row(tb % B, B, w)
+                    slack += row * n
                 else:
                     r = [i, tb, n, s, n * (size - f), gsh, offs, size, admit_ps, ttft_ps]
                     U += n * tb
@@ -317,7 +323,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         stuck = not preempted and not running and bool(waiting)
         u0 = U + N * s if running else 0  # used slots at step s
         if check:
-            used, allocated = u0, (u0 + slack[s % B] if paged else alloc_contig) if running else 0
+            used, allocated = u0, (u0 + (slack >> w * (s % B) & m) if paged else alloc_contig) if running else 0
             _check_invariants(locals())
 
         # -- steps [s, end) in closed form: from here on until the next event, every running sequence
@@ -345,13 +351,13 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                             end = arrival_at
             if paged and end - 1 > s:
                 x = end - 1
-                if U + N * x + slack[x % B] > B * P:  # the pool runs out at a step before `end`: which
+                if U + N * x + (slack >> w * (x % B) & m) > B * P:  # the pool runs out at a step before `end`: which
                     limit = B * (P + 1)  # out at x  <=>  U + N x + slack(x) >= limit; 0 <= slack <= N (B - 1)
                     lo_x = max(s + 1, -(-(limit - U - N * (B - 1)) // N))
                     hi_x = min(x, -(-(limit - U) // N))
                     while lo_x < hi_x:
                         mid = (lo_x + hi_x) // 2
-                        if U + N * mid + slack[mid % B] >= limit:
+                        if U + N * mid + (slack >> w * (mid % B) & m) >= limit:
                             hi_x = mid
                         else:
                             lo_x = mid + 1
@@ -362,9 +368,11 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
             full, rem = divmod(count, B)
             alloc_sum = used_sum + full * N * (B * (B - 1) // 2)  # a sequence's slack over B steps: 0 + ... + B - 1
             if rem:
-                r0 = s % B
+                r0 = s % B  # the slack over residues r0 .. r0 + rem - 1 (mod B): a difference of running sums
                 r1 = r0 + rem
-                alloc_sum += sum(slack[r0:r1]) if r1 <= B else sum(slack[r0:]) + sum(slack[:r1 - B])
+                alloc_sum -= slack >> (wB + w * r0) & m
+                alloc_sum += (slack >> (wB + w * r1) & m) if r1 < B else N * sum_all + (
+                    slack >> (wB + w * (r1 - B)) & m if r1 > B else 0)
         else:
             alloc_sum = count * alloc_contig
         sum_token += used_sum
@@ -386,7 +394,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
             if tl_every and (steps + count) // tl_every != steps // tl_every:
                 x = end - 1
                 _point(timeline, running, pool, x, last_start, last_used,
-                       (last_used + slack[x % B] if paged else alloc_contig) if running else 0, ext_now)
+                       (last_used + (slack >> w * (x % B) & m) if paged else alloc_contig) if running else 0, ext_now)
                 if len(timeline) >= 2 * timeline_points:  # the run is longer than guessed: every other point
                     del timeline[1::2]
                     tl_every *= 2
@@ -410,8 +418,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                 sum_int += waste * (s - wfrom + 1)
             if paged:
                 U -= B * ((gsh - Pb) - n * gsh) + n * tb
-                row = rows[tb % B]
-                slack = list(map(sub, slack, row)) if n == 1 else [a - n * b for a, b in zip(slack, row)]
+                slack -= rows[tb % B] * n
             else:
                 U -= n * tb
                 alloc_contig -= n * size
@@ -460,6 +467,14 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     )
 
 
+def _packed_row(q: int, B: int, w: int) -> int:
+    """One sequence's fields when its tokens are ``t(s) = tb + s`` with ``tb = q (mod B)``: field r (r < B)
+    is its last block's slack at a step r (mod B), field B + r the sum of fields 0 .. r - 1."""
+    slack = [(-q - r) % B for r in range(B)]
+    fields = slack + [0, *accumulate(slack[:-1])]
+    return sum(v << (w * k) for k, v in enumerate(fields))
+
+
 def _point(timeline: list, running: dict, pool: int, x: int, clock: int, used: int, allocated: int,
            ext: int) -> None:
     """A timeline point: (step, clock ps at its start, token, reserved, internal, external, free slots)."""
@@ -487,6 +502,9 @@ def _check_invariants(v: dict) -> None:
         assert allocated % B == 0 and allocated // B <= v["P"]
         blocks = sum((r[_GSH] - Pb) + r[_N] * (-(-(r[_TB] + s) // B) - r[_GSH]) for r in running.values())
         assert allocated == (B * (blocks + Pb) if running else 0)
+        w = v["w"]  # every packed field (slack and running sums), not only the one read at step s
+        assert v["slack"] == sum(r[_N] * _packed_row(r[_TB] % B, B, w) for r in running.values())
+        assert all((v["slack"] >> w * k & v["m"]) < 1 << (w - 1) for k in range(2 * B)), "a field overflowed"
     else:
         regions = sorted((off, r[_REGION]) for r in running.values() for off in r[_OFFS])
         for (a, size), (b, _) in pairwise(regions):

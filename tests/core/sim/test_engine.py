@@ -13,7 +13,7 @@ from kvplan.core.sim.engine import simulate
 from kvplan.core.sim.model import Preemption, SimConfig, SimRequest, StepModel, allocator_spec, rejection
 from tests.core.sim.reference import simulate_reference
 
-ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-1", "paged-4", "paged-16"]
+ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-1", "paged-4", "paged-5", "paged-16"]
 
 
 @st.composite

@@ -132,6 +132,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     steps = completed = generated = preemptions = peak_batch = peak_waiting = 0
     queue_ps = busy = 0
     lat_queue, lat_ttft, lat_e2e = array("q"), array("q"), array("q")
+    add_queue, add_ttft, add_e2e = lat_queue.append, lat_ttft.append, lat_e2e.append
     first_arrival = arr[0] if total else 0
     last_arrival = arr[-1] if total else 0  # the drain starts here
     timeline: list[tuple[int, int, int, int, int, int, int]] = []
@@ -209,7 +210,8 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     blocked = "seqs"
                 else:
                     gsh = prm[i] // B if n > 1 else Pb
-                    if (gsh - Pb) + n * (-(-held[i][0] // B) - gsh) > P - (U + N * (s + 1) + (slack >> w * ((s + 1) % B) & m)) // B:
+                    need_of, head_need = i, (gsh - Pb) + n * (-(-held[i][0] // B) - gsh)  # kept while it waits
+                    if head_need > P - (U + N * (s + 1) + (slack >> w * ((s + 1) % B) & m)) // B:
                         blocked = "memory"
                 settled = blocked is not None
         elif not settled:
@@ -427,9 +429,9 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
             completed += 1
             generated += n * out[i]
             a = arr[i]
-            lat_queue.append(admit_ps - a)
-            lat_ttft.append(ttft_ps - a)
-            lat_e2e.append(now - a)
+            add_queue(admit_ps - a)
+            add_ttft(ttft_ps - a)
+            add_e2e(now - a)
             freed = True
         if freed:
             settled = False

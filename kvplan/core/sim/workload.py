@@ -21,6 +21,27 @@ from kvplan.errors import InputError
 PS_PER_S = 10**12
 
 
+_KM = 4 * math.exp(-0.5) / math.sqrt(2.0)
+
+
+def _lognormal(rng: random.Random, mu: float, sigma: float):
+    """``round(rng.lognormvariate(mu, sigma))`` in one call instead of three: the standard library's
+    method (exp of a normal drawn by Kinderman and Monahan's ratio of uniforms, ACM TOMS 3, 1977), the
+    same arithmetic on the same uniforms, so every seed keeps its values (held to the library's by
+    tests/core/sim/test_workload.py). Request generation is dominated by these draws."""
+    uniform, log, exp = rng.random, math.log, math.exp
+
+    def draw() -> int:
+        while True:
+            u1 = uniform()
+            u2 = 1.0 - uniform()
+            z = _KM * (u1 - 0.5) / u2
+            if z * z / 4.0 <= -log(u2):
+                return round(exp(mu + z * sigma))
+
+    return draw
+
+
 @dataclass(frozen=True, kw_only=True)
 class LengthDist:
     """``constant`` (value), ``uniform`` (low..high), ``normal`` (mean, std), ``lognormal`` (mean, sigma:
@@ -51,8 +72,7 @@ class LengthDist:
             return lambda: round(gauss(mean, std))
         if d == "lognormal":
             mu = math.log(self.mean) - self.sigma**2 / 2  # so that the mean is `mean`
-            lognormvariate, sigma = rng.lognormvariate, self.sigma
-            return lambda: round(lognormvariate(mu, sigma))
+            return _lognormal(rng, mu, self.sigma)
         if d == "zipf":
             ranks = range(self.low, self.high + 1)
             weights = [1 / (k**self.a) for k in range(1, len(ranks) + 1)]
@@ -81,8 +101,9 @@ class Arrivals:
         if self.process == "all_at_once":
             return array("d", [0.0]) * count
         if self.process == "poisson":
-            expovariate, rate = rng.expovariate, self.rate
-            gaps = (expovariate(rate) for _ in range(count))
+            # random.Random.expovariate(rate), written out: the same draws, one call fewer each
+            uniform, rate = rng.random, self.rate
+            gaps = (-math.log(1.0 - uniform()) / rate for _ in range(count))
         elif self.process == "gamma":
             shape = 1 / self.cv**2
             gammavariate, scale = rng.gammavariate, 1 / (self.rate * shape)

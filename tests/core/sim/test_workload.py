@@ -57,16 +57,20 @@ def test_shared_prefix_is_part_of_the_prompt_and_the_clock_is_bounded():
             clip_request(0, bad, 10, 10, **kw)
 
 
-def test_the_random_stream_order():
+@pytest.mark.parametrize("lognormal_output", [False, True])
+def test_the_random_stream_order(lognormal_output):
     """Every seed keeps its requests: all arrival gaps are drawn first, then each request's prompt and
-    output in turn, straight from ``random.Random(seed)`` (rebuilt here without kvplan's samplers)."""
+    output in turn, straight from ``random.Random(seed)`` (rebuilt here with the standard library's own
+    methods, not kvplan's samplers, which write some of them out)."""
     import math
     import random
 
-    count, rate, seed = 500, 3.0, 11
+    count, rate, seed = 2000, 3.0, 11
+    output = (LengthDist(dist="lognormal", mean=338, sigma=0.7) if lognormal_output
+              else LengthDist(dist="uniform", low=1, high=900))
     reqs = synthetic_requests(count=count, arrivals=Arrivals(process="poisson", rate=rate),
                               prompt=LengthDist(dist="lognormal", mean=161, sigma=1.0),
-                              output=LengthDist(dist="uniform", low=1, high=900), seed=seed, max_model_len=2048)
+                              output=output, seed=seed, max_model_len=2048)
     rng = random.Random(seed)
     t, times = 0.0, []
     for _ in range(count):
@@ -75,7 +79,8 @@ def test_the_random_stream_order():
     mu = math.log(161) - 0.5
     for i in range(count):
         p = max(1, min(round(rng.lognormvariate(mu, 1.0)), 2047))
-        o = max(1, min(rng.randint(1, 900), 2048 - p))
+        drawn = round(rng.lognormvariate(math.log(338) - 0.7**2 / 2, 0.7)) if lognormal_output else rng.randint(1, 900)
+        o = max(1, min(drawn, 2048 - p))
         assert (reqs[i].arrival_ps, reqs[i].prompt, reqs[i].output, reqs[i].n) == (round(times[i] * 10**12), p, o, 1)
 
 

@@ -101,7 +101,7 @@ def v1_json(v: "V1Workload", r: "V1Result") -> dict[str, Any]:
         "pool_slots": (lay.num_blocks - 1) * v.block_size, "pool_blocks": lay.num_blocks, "block_size": v.block_size,
         "kv_cache_groups": len(lay.groups), "pool_bytes": v.pool_bytes, "bytes_per_token": v.bytes_per_token,
         "max_model_len": sch.max_model_len, "max_num_seqs": sch.max_num_seqs,
-        "max_num_batched_tokens": sch.max_num_batched_tokens,
+        "max_num_batched_tokens": sch.max_num_batched_tokens, "async_scheduling": sch.async_scheduling,
         "allocators": {name: served},
         "steps": r.steps, "mean_running": r.mean_running, "peak_running": r.peak_running,
         "preemptions": r.preemptions, "mean_kv_usage": r.mean_kv_usage,
@@ -147,7 +147,8 @@ def print_v1(v: "V1Workload", r: "V1Result", doc: dict[str, Any]) -> None:
                   f"{flag_value(lay.num_blocks)} blocks of {v.block_size} tokens"
                   + (f" ({format_bytes(v.pool_bytes)})" if v.pool_bytes else "")
                   + f", max_model_len {flag_value(sch.max_model_len)}, max_num_seqs {flag_value(sch.max_num_seqs)}, "
-                  f"max_num_batched_tokens {flag_value(sch.max_num_batched_tokens)}", soft_wrap=False)
+                  f"max_num_batched_tokens {flag_value(sch.max_num_batched_tokens)}"
+                  + (", async scheduling" if sch.async_scheduling else ""), soft_wrap=False)
     for note in v.notes:
         console.print(f"[yellow]note:[/] {note}")
     served = new_table("steps", "running", "peak", "preempt", "done", "KV use", "peak KV", "tok/s", numeric="*",

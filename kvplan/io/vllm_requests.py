@@ -38,7 +38,8 @@ class SchedulerSpec(_Strict):
     long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS)
     max_num_partial_prefills: int = Field(1, ge=1, le=1, description="vLLM 0.33.0 has no partial-prefill "
                                           "limit any more (1: one long prefill at a time); only 1 is modelled.")
-    async_scheduling: bool = Field(False, description="Only false (one batch in flight) is modelled.")
+    async_scheduling: bool = Field(False, description="Two batches in flight (vLLM's default since 0.14.0): each "
+                                   "batch is scheduled before the previous one's output is processed.")
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
 
 
@@ -109,7 +110,7 @@ def request_set_inputs(rs: RequestSet, *, origin: str = "request set") -> V1Inpu
         sch = rs.scheduler
         linear = any(isinstance(layer, LinearLayer) for layer in spec.layers)
         plan = plan_vllm(spec.layers, 0, sch.max_model_len, choice.profile, model_dtype=spec.dtype,
-                         in_flight_tokens=sch.max_num_batched_tokens, kv_dtype=rs.kv_cache_dtype, tp=rs.tp,
+                         in_flight_tokens=sch.max_num_batched_tokens * (2 if sch.async_scheduling else 1), kv_dtype=rs.kv_cache_dtype, tp=rs.tp,
                          block_size=sch.block_size, num_gpu_blocks_override=rs.num_gpu_blocks,
                          # vLLM turns Mamba's align mode on with prefix caching (MambaModelConfig)
                          mamba_cache_mode="align" if (linear and sch.enable_prefix_caching) else "none")

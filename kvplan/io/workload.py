@@ -276,6 +276,10 @@ class Scheduler(_Strict):
     long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS, description=(
         "vllm-v1: most prompt tokens one request prefills per step when several are waiting or running "
         "(0: no cap, vLLM's default)."))
+    async_scheduling: bool | None = Field(None, description=(
+        "vllm-v1: two batches in flight, each scheduled before the previous one's output is back (finished "
+        "requests free their blocks a step later; sliding windows free on the processed tokens). Default: the "
+        "engine release's (on from vLLM 0.14.0)."))
 
 
 class StepTime(_Strict):

@@ -117,6 +117,8 @@ def choose(wf: WorkloadFile, path: Path, override: str | None = None) -> tuple[s
         needs.append(f"a {r.trace_format} trace (prefix caching of shared blocks)")
     if wf.offload is not None:
         needs.append("a CPU offload tier")
+    if wf.scheduler.async_scheduling:
+        needs.append("async scheduling (two batches in flight)")
     if wanted == EVENT:
         if needs:
             raise ConfigError(f"{path}: scheduler.model event cannot simulate {needs[0]}; use vllm-v1 or auto")
@@ -202,15 +204,21 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
         notes.append("prefix caching is off: the vllm-v1 simulator does not model it for linear-attention "
                      "(Mamba) layers (vLLM's mamba_cache_mode align)")
     available = w.pool_bytes if not w.num_blocks else 0
+    async_ = choice.profile.rules.async_default if sch.async_scheduling is None else sch.async_scheduling
+    if sch.async_scheduling is None and async_:
+        notes.append(f"async scheduling on (vLLM {choice.version}'s default: two batches in flight); set "
+                     "scheduler.async_scheduling: false for the synchronous scheduler")
     try:
         plan = plan_vllm(spec.layers, available, max_len, choice.profile, model_dtype=spec.dtype,
-                         in_flight_tokens=mnbt, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
+                         in_flight_tokens=mnbt * (2 if async_ else 1), kv_dtype=s.kv_cache_dtype,
+                         tp=s.tensor_parallel_size,
                          num_gpu_blocks_override=w.num_blocks or None,
                          mamba_cache_mode="align" if (linear and caching) else "none")
         layout = layout_from_plan(plan, max_len)
         scheduler = SchedulerConfig(max_num_seqs=sch.max_num_seqs, max_num_batched_tokens=mnbt, max_model_len=max_len,
                                     enable_prefix_caching=caching,
-                                    long_prefill_token_threshold=sch.long_prefill_token_threshold)
+                                    long_prefill_token_threshold=sch.long_prefill_token_threshold,
+                                    async_scheduling=async_)
         offload = None
         if wf.offload is not None:
             cpu_bytes, bw = wf.offload.bytes()

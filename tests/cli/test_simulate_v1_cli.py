@@ -175,3 +175,25 @@ step_time: {model: constant, seconds: 0.02}
     assert out["kv_cache_groups"] >= 2 and out["prefix_cache"]["enabled"] is False
     assert any("prefix caching is off" in n for n in out["notes"])
     assert out["allocators"][f"paged-{out['block_size']}"]["completed"] == 12
+
+
+def test_async_scheduling_is_the_releases_default_and_can_be_turned_off(tmp_path):
+    """vLLM 0.14.0 on schedules each batch before the previous one's output is back: a finished request
+    frees its blocks a batch later, and with a 20 ms step, an arrival waits for the batch after next."""
+    text = sessions(100_000, count=4)
+    on = run(write(tmp_path, text))
+    off = run(write(tmp_path, text.replace("max_num_batched_tokens: 2048}",
+                                           "max_num_batched_tokens: 2048, async_scheduling: false}"), "off.yaml"))
+    assert on["async_scheduling"] is True and off["async_scheduling"] is False
+    assert any("async scheduling on" in n for n in on["notes"])
+    assert not any("async scheduling" in n for n in off["notes"])
+    assert on["latency_s"]["queue"]["p50"] > off["latency_s"]["queue"]["p50"]
+    assert on["allocators"]["paged-16"]["completed"] == off["allocators"]["paged-16"]["completed"] == 12
+    # the event engine models one batch in flight: asking it for async scheduling is an error
+    plain = """
+serving: {model: llama3.1-8b, kv_pool_tokens: 100000}
+requests: {count: 10, arrival: {process: poisson, rate: 2}, prompt_tokens: {dist: constant, value: 100},
+           output_tokens: {dist: constant, value: 10}}
+scheduler: {model: event, async_scheduling: true}
+"""
+    assert "cannot simulate async scheduling" in run(write(tmp_path, plain, "bad.yaml"), code=2)["output"]

@@ -117,7 +117,9 @@ def test_fixture_agrees_with_its_request_set(path: Path) -> None:
     assert fx["request_set"] == rs["name"]
     assert fx["vllm_version"] == FIXTURE_NAME.match(path.name)["version"]
     assert fx["error"] is None
-    assert fx["config_set_by_harness"]["async_scheduling"] is False
+    assert fx["config_set_by_harness"]["async_scheduling"] is s["async_scheduling"]  # as the set asked
+    assert fx["config_set_by_harness"]["max_in_flight_tokens"] == s["max_num_batched_tokens"] * (
+        2 if s["async_scheduling"] else 1)
 
     # the pool and its groups: every cache-holding layer of the model is in exactly one group
     kv = fx["kv_cache"]

@@ -259,6 +259,21 @@ SETS = {
 }
 
 
+def async_variant(name: str):
+    """The same requests with async scheduling on (vLLM's default since 0.14.0): two batches in flight."""
+    def make() -> dict:
+        rs = SETS[name]()
+        rs["name"] = f"{name}-async"
+        rs["description"] += " Async scheduling on: each batch is scheduled before the previous one's output."
+        rs["scheduler"]["async_scheduling"] = True
+        return rs
+    return make
+
+
+for _name in ("sharegpt-opt13b", "long-prompts", "gemma3-sliding", "qwen3-next-hybrid", "multi-turn-pc"):
+    SETS[f"{_name}-async"] = async_variant(_name)
+
+
 def dump(rs: dict) -> str:
     """One request a line: diffs stay readable and the files small."""
     head = {k: v for k, v in rs.items() if k != "requests"}

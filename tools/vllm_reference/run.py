@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,14 +226,14 @@ def build_scheduler(rs: dict):
         resolve_cache_hit_alignment_tokens,
         resolve_kv_cache_block_sizes,
     )
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.kv_cache_interface import MambaSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     s = rs["scheduler"]
-    if s.get("async_scheduling"):
-        raise SystemExit("async_scheduling: the harness drives the synchronous Scheduler only")
+    async_scheduling = bool(s.get("async_scheduling"))
     if s.get("max_num_partial_prefills", 1) != 1:
         raise SystemExit("max_num_partial_prefills: vLLM 0.33.0's SchedulerConfig has no such option")
     model = load_model_spec(rs)
@@ -257,7 +258,7 @@ def build_scheduler(rs: dict):
         max_model_len=max_model_len,
         long_prefill_token_threshold=int(s.get("long_prefill_token_threshold", 0)),
         enable_chunked_prefill=True,
-        async_scheduling=False,
+        async_scheduling=async_scheduling,
         is_encoder_decoder=False,
         watermark=float(s.get("watermark", 0.0)),
         policy="fcfs",
@@ -304,7 +305,8 @@ def build_scheduler(rs: dict):
     kv_cache_config.hash_block_size = hash_block
     kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
         kv_cache_config, vllm_config, sched_block, hash_block)
-    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+    # v1/engine/core.py::EngineCore.__init__: AsyncScheduler when scheduler_config.async_scheduling
+    scheduler = (AsyncScheduler if async_scheduling else Scheduler)(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                           structured_output_manager=StructuredOutputManager(vllm_config),
                           block_size=sched_block, hash_block_size=hash_block, log_stats=True)
     kv = {
@@ -386,6 +388,10 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
         per_req[r["id"]] = {"first_scheduled_step": None, "first_token_step": None, "finish_step": None,
                             "num_preemptions": 0, "num_cached_tokens": 0}
     running_per_step, usage_per_step, tokens_per_step = [], [], []
+    async_mode = bool(config_set["async_scheduling"])
+    queue_size = 2 if async_mode else 1  # VllmConfig.max_concurrent_batches (pp 1, the V1 model runner)
+    batches: deque = deque()  # scheduled batches whose output is not yet processed, newest first
+    n_sampled = {r["id"]: 0 for r in reqs}  # output tokens sampled so far (in flight or delivered)
     preemptions = 0
     step = 0
     nxt = 0
@@ -410,41 +416,55 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             step = reqs[pending[nxt]]["arrival_step"]  # idle: the empty schedule() calls would change nothing
             continue
         never_scheduled = {rid for rid, d in per_req.items() if d["first_scheduled_step"] is None and rid in objs}
-        so = scheduler.schedule()
-        n_sched = so.num_scheduled_tokens
-        if so.total_num_scheduled_tokens > 0:
-            running_per_step.append(len(scheduler.running))
-            usage_per_step.append(scheduler.kv_cache_manager.usage)
-            tokens_per_step.append(so.total_num_scheduled_tokens)
-            idle_steps = 0
-        else:
-            idle_steps += 1
-        preemptions += len(so.preempted_req_ids)
-        req_ids, sampled = [], []
-        for rid, n in n_sched.items():
-            req = objs[rid]
-            d = per_req[rid]
-            if rid in never_scheduled:
-                d["first_scheduled_step"] = step
-                d["num_cached_tokens"] = req.num_computed_tokens - n
-            req_ids.append(rid)
-            if req.num_computed_tokens >= req.num_tokens:
-                seg, _ = out_seg[rid]
-                sampled.append([token_id(seg, len(req.output_token_ids))])
-                if d["first_token_step"] is None:
-                    d["first_token_step"] = step
+        so = None
+        if scheduler.has_requests():
+            so = scheduler.schedule()
+            n_sched = so.num_scheduled_tokens
+            if so.total_num_scheduled_tokens > 0:
+                running_per_step.append(len(scheduler.running))
+                usage_per_step.append(scheduler.kv_cache_manager.usage)
+                tokens_per_step.append(so.total_num_scheduled_tokens)
+                idle_steps = 0
             else:
-                sampled.append([])
-        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
-                                sampled_token_ids=sampled)
+                idle_steps += 1
+            preemptions += len(so.preempted_req_ids)
+            req_ids, sampled = [], []
+            for rid, n in n_sched.items():
+                req = objs[rid]
+                d = per_req[rid]
+                if rid in never_scheduled:
+                    d["first_scheduled_step"] = step
+                    d["num_cached_tokens"] = req.num_computed_tokens - n
+                req_ids.append(rid)
+                # the fake runner samples one token for a request whose prefill is complete (sync: computed
+                # tokens reach the known ones; async: is_prefill_chunk, which counts the placeholders)
+                if not req.is_prefill_chunk if async_mode else req.num_computed_tokens >= req.num_tokens:
+                    seg, _ = out_seg[rid]
+                    sampled.append([token_id(seg, n_sampled[rid])])
+                    n_sampled[rid] += 1
+                    if d["first_token_step"] is None:
+                        d["first_token_step"] = step
+                else:
+                    sampled.append([])
+            mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+                                    sampled_token_ids=sampled)
+            batches.appendleft((so, mro, step))
+            step += 1
+            # v1/engine/core.py::EngineCore.step_with_batch_queue: with room in the queue (two batches with
+            # async scheduling, one without), schedule the next batch before waiting for this one's output
+            if len(batches) < queue_size and (so.total_num_scheduled_tokens > 0 or scheduler.has_requests()):
+                continue
+        if not batches:
+            step += 1
+            continue
+        so, mro, at = batches.pop()
         scheduler.update_from_output(so, mro)
-        for rid in req_ids:
+        for rid in mro.req_ids:
             req = objs[rid]
             if req.is_finished() and per_req[rid]["finish_step"] is None:
-                per_req[rid]["finish_step"] = step
+                per_req[rid]["finish_step"] = at
                 per_req[rid]["num_preemptions"] = req.num_preemptions
                 unfinished -= 1
-        step += 1
         if step >= STEP_CAP or (idle_steps > 2 and nxt >= len(pending)):
             error = f"stopped at step {step}: {unfinished} requests unfinished (no progress or step cap)"
             break

@@ -30,12 +30,12 @@ PS = 10**12
 
 
 def make_inputs(requests, *, num_blocks=1000, groups=None, block_size=16, caching=False, mnbt=2048, seqs=256,
-                mml=8192, lpt=0, reserve=True, offload=None, step=None, block_bytes=0):
+                mml=8192, lpt=0, reserve=True, offload=None, step=None, block_bytes=0, async_=False):
     groups = groups or (CacheGroup(kind=FULL, block_size=block_size),)
     return V1Inputs(requests=tuple(requests),
                     scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=mnbt, max_model_len=mml,
                                               enable_prefix_caching=caching, long_prefill_token_threshold=lpt,
-                                              reserve_full_isl=reserve),
+                                              reserve_full_isl=reserve, async_scheduling=async_),
                     layout=CacheLayout(num_blocks=num_blocks, groups=groups, block_bytes=block_bytes),
                     offload=offload, step_model=step)
 
@@ -245,9 +245,9 @@ group_sets = st.sampled_from([
 ])
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data(), group_sets, st.booleans())
-def test_invariants_hold_and_every_request_finishes(data, groups, caching):
+@settings(max_examples=80, deadline=None)
+@given(st.data(), group_sets, st.booleans(), st.booleans())
+def test_invariants_hold_and_every_request_finishes(data, groups, caching, async_):
     caching = caching and not any(g.kind == MAMBA for g in groups)
     mml = 512
     n = data.draw(st.integers(1, 12))
@@ -268,7 +268,8 @@ def test_invariants_hold_and_every_request_finishes(data, groups, caching):
     num_blocks = need + 1 + data.draw(st.integers(0, 60))
     mnbt = data.draw(st.sampled_from([8, 64, 2048]))
     inp = make_inputs(reqs, num_blocks=num_blocks, groups=groups, caching=caching, mnbt=mnbt,
-                      seqs=data.draw(st.integers(1, 8)), mml=mml, lpt=data.draw(st.sampled_from([0, 5])))
+                      seqs=data.draw(st.integers(1, 8)), mml=mml, lpt=data.draw(st.sampled_from([0, 5])),
+                      async_=async_)
     r = simulate_v1(inp, check_invariants=True)
     assert simulate_v1(inp, fast_path=False) == r  # the running requests' fast path changes nothing
     assert r.completed == n
@@ -308,3 +309,35 @@ def test_arrivals_in_time_join_at_the_first_step_starting_after_them():
     assert (r["B"].arrival_step, r["B"].first_scheduled_step, r["B"].queue_s) == (3, 3, pytest.approx(0.5))
     assert (r["B"].ttft_s, r["B"].e2e_s) == (pytest.approx(1.5), pytest.approx(2.5))
     assert (r["C"].queue_s, r["C"].e2e_s) == (0.0, pytest.approx(1.0))
+
+
+def test_async_scheduling_schedules_a_batch_ahead():
+    # 1 s a batch. Sync: A (5 tokens) runs steps 0-4, B (arrives 2.5 s) is admitted at step 3 (3 s).
+    # Async: batch k is scheduled when batch k-1 starts, so batch 3 (scheduled at 2 s) misses B and batch 4
+    # (scheduled at 3 s) takes it: queued 4 - 2.5 = 1.5 s, first token at the end of batch 4 (5 s), second
+    # at the end of batch 5 (6 s). A's last token comes from batch 4: batch 5 does not schedule it again.
+    step = StepModel(base_ps=PS, per_token_ps=0, per_prefill_token_ps=0)
+    reqs = [V1Request(id=n, prompt=((i, 4),), output=(10 + i, o), arrival_ps=t)
+            for i, (n, t, o) in enumerate([("A", 0, 5), ("B", 25 * PS // 10, 2), ("C", 100 * PS, 1)])]
+    sync = by_id(simulate_v1(make_inputs(reqs, step=step)))
+    result = simulate_v1(make_inputs(reqs, step=step, async_=True), check_invariants=True)
+    r = by_id(result)
+    assert sync["B"].first_scheduled_step == 3
+    assert (r["A"].first_token_step, r["A"].finish_step) == (0, 4)
+    assert (r["B"].first_scheduled_step, r["B"].first_token_step, r["B"].finish_step) == (4, 4, 5)
+    assert (r["B"].queue_s, r["B"].ttft_s, r["B"].e2e_s) == (pytest.approx(1.5), pytest.approx(2.5), pytest.approx(3.5))
+    assert (r["C"].queue_s, r["C"].e2e_s) == (0.0, pytest.approx(1.0))  # an idle engine schedules at once
+    # batch 5 still counts A as running (batch 4 brings its last token, processed after batch 5 is scheduled)
+    assert list(result.per_step_running) == [1, 1, 1, 1, 2, 2, 1]
+
+
+def test_async_scheduling_frees_a_finished_request_a_batch_later():
+    # A pool of 2 blocks of 16 (+ the null block): A (32-token prompt, 1 output token) takes both at step 0
+    # and B (16 tokens) waits. Sync: A's output at step 0 frees them and B is admitted at step 1. Async:
+    # batch 1 is scheduled before batch 0's output is processed (A, its last token in flight, is skipped;
+    # B finds no block: an empty batch), so B is admitted in batch 2.
+    reqs = [req(0, 32, out=1), req(1, 16, out=1)]
+    sync = by_id(simulate_v1(make_inputs(reqs, num_blocks=3)))
+    r = by_id(simulate_v1(make_inputs(reqs, num_blocks=3, async_=True), check_invariants=True))
+    assert sync["1"].first_scheduled_step == 1
+    assert r["1"].first_scheduled_step == 2

@@ -31,7 +31,9 @@ class SchedulerConfig:
     watermark: float = 0.0  # share of the pool kept free when admitting (0.0: none)
     # Admission checks that the whole prompt fits (scheduler_reserve_full_isl, default True).
     reserve_full_isl: bool = True
-    async_scheduling: bool = False  # only False is modelled (one batch in flight)
+    # two batches in flight: each is scheduled before the previous one's output is processed
+    # (v1/core/sched/async_scheduler.py, v1/engine/core.py::step_with_batch_queue); vLLM's default since 0.14
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len) < 1:
@@ -47,8 +49,6 @@ class SchedulerConfig:
         if self.long_prefill_token_threshold > self.max_model_len:
             raise InputError(f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) cannot exceed "
                              f"max_model_len ({self.max_model_len}), as vLLM requires")
-        if self.async_scheduling:
-            raise InputError("async_scheduling is not modelled (vLLM's two batches in flight); set it false")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,7 @@ class ReqState:
         "first_token_step",
         "generated",
         "hasher",
+        "in_flight",
         "index",
         "max_tokens",
         "ncached",
@@ -53,8 +54,10 @@ class ReqState:
         "num_computed",
         "num_preemptions",
         "num_tokens",
+        "placeholders",
         "prompt_len",
         "req",
+        "stale",
         "tracked",
     )
 
@@ -86,6 +89,12 @@ class ReqState:
         # computed count at which a sliding/chunked group next frees a block (both kept by KVCacheManager).
         self.cap_tokens = 0
         self.next_free_at = 0
+        # Async scheduling (vllm/v1/request.py): tokens scheduled in a batch whose output is not yet
+        # processed; tokens being sampled in flight (num_output_placeholders); in-flight tokens of a
+        # preempted request whose output is stale (num_stale_output_tokens).
+        self.in_flight = 0
+        self.placeholders = 0
+        self.stale = 0
 
 
 class SpecGroup:
@@ -107,8 +116,10 @@ class KVCacheManager:
         self.caching = sched.enable_prefix_caching
         self.pool = BlockPool(layout.num_blocks, self.caching, len(layout.groups))
         self.mml = sched.max_model_len
-        # sync scheduling: one batch in flight (vllm/config/vllm.py: max_in_flight_tokens)
-        self.caps = [g.admission_cap_blocks(sched.max_num_batched_tokens, self.mml) for g in layout.groups]
+        # vllm/config/vllm.py::VllmConfig.max_in_flight_tokens: a budget per batch in flight (two with async
+        # scheduling: max_concurrent_batches)
+        in_flight = sched.max_num_batched_tokens * (2 if sched.async_scheduling else 1)
+        self.caps = [g.admission_cap_blocks(in_flight, self.mml) for g in layout.groups]
         self.watermark_blocks = int(sched.watermark * layout.num_blocks)
         self.reserve_full_isl = sched.reserve_full_isl
         self.recycling = [gi for gi, k in enumerate(self.kinds) if k in (SLIDING, CHUNKED)]
@@ -298,8 +309,8 @@ class KVCacheManager:
             if self._to_allocate(r, full, hits, total, True) + wm > len(pool.plain) + len(pool.cached_free):
                 return False
         need_slot = min(total + num_new, self.mml)
-        if self.recycling:
-            self.remove_skipped(r, total)
+        if self.recycling:  # on the processed-token basis: in-flight batches still read the window
+            self.remove_skipped(r, max(0, total - r.in_flight))
         else:
             r.next_free_at = 1 << 62
         if self._to_allocate(r, need_slot, hits, total, False) + wm > len(pool.plain) + len(pool.cached_free):

@@ -76,7 +76,8 @@ class _Sim:
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
         caching = cfg.enable_prefix_caching
         hash_block = mgr.hash_block
-        fast = self.fast
+        async_ = cfg.async_scheduling
+        fast = self.fast and not async_  # the fast path assumes frees on the computed-token basis
         budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
         lpt0 = cfg.long_prefill_token_threshold
         step_model = self.inputs.step_model
@@ -86,7 +87,8 @@ class _Sim:
         waiting: deque[ReqState] = deque()
         running: list[ReqState] = []
         s = 0  # schedule() calls so far
-        clock = 0  # picoseconds at the start of step s
+        clock = 0  # picoseconds: the end of the last batch (when the GPU is free)
+        launched = 0  # picoseconds: the start of the batch in flight (async: the next one is scheduled then)
         busy_ps = 0
         steps = run_sum = peak = preemptions = completed = generated = 0
         usage_sum = 0.0
@@ -94,14 +96,19 @@ class _Sim:
         ps_usage: list[int] = []
         ps_tokens: list[int] = []
         gpu_hit = cpu_hit = recomputed = 0
+        # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
+        # each, its step, the clock at its end); async scheduling keeps one in flight
+        in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
         while nxt < n_pending or waiting or running:
             if not waiting and not running:  # idle: jump to the next arrival
+                in_flight = None  # only finished requests' outputs could be left: nothing to process
                 if timed:
-                    clock = max(clock, pending[nxt].req.arrival_ps)
+                    clock = launched = max(clock, pending[nxt].req.arrival_ps)
                 else:
                     s = max(s, pending[nxt].req.arrival_step)
-            while nxt < n_pending and ((pending[nxt].req.arrival_ps <= clock) if timed
-                                       else (pending[nxt].req.arrival_step <= s)):
+            seen_by = (launched if in_flight is not None else clock) if timed else s
+            while nxt < n_pending and ((pending[nxt].req.arrival_ps <= seen_by) if timed
+                                       else (pending[nxt].req.arrival_step <= seen_by)):
                 st = pending[nxt]
                 st.arrival_step = s
                 st.arrival_ps = st.req.arrival_ps if timed else clock
@@ -114,15 +121,18 @@ class _Sim:
             # victim under FCFS is never a request already scheduled in the step)
             budget = budget0
             lpt = lpt0 if len(running) + len(waiting) > 1 else 0
-            sched: list[ReqState] = []
+            batch: list[tuple[ReqState, int, bool]] = []
             kv_tokens = prefill = 0
             preempted = False
             i = 0
             while i < len(running) and budget > 0:
                 r = running[i]
                 c = r.num_computed
-                num = left = r.num_tokens - c
-                if left != 1:  # a prefill chunk; a decode (1 token) always fits below max_model_len - 1
+                if r.placeholders and c + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
+                    i += 1  # async: the batch in flight brings its last token; no step more
+                    continue
+                num = left = r.num_tokens + r.placeholders - c
+                if left != 1 or async_:  # a prefill chunk (sync: a decode always fits below max_model_len - 1)
                     if 0 < lpt < num:
                         num = lpt
                     num = min(num, budget, mml - c - 1)
@@ -144,6 +154,8 @@ class _Sim:
                     victim.num_computed = 0
                     victim.num_preemptions += 1
                     victim.next_store_chunk = 0
+                    victim.stale = victim.in_flight  # its output in flight still arrives, stale
+                    victim.placeholders = 0
                     waiting.appendleft(victim)
                     preemptions += 1
                     preempted = True
@@ -153,7 +165,12 @@ class _Sim:
                 if not ok:
                     break
                 r.num_computed = end
-                sched.append(r)
+                samples = end >= r.num_tokens + r.placeholders  # not a prefill chunk: the runner samples
+                if async_:
+                    r.in_flight += num
+                    if samples:
+                        r.placeholders += 1
+                batch.append((r, num, samples))
                 kv_tokens += end
                 if left != 1:
                     prefill += num
@@ -175,7 +192,12 @@ class _Sim:
                         break
                     waiting.popleft()
                     running.append(r)
-                    r.num_computed = computed + num
+                    r.num_computed = end = computed + num
+                    samples = end >= r.num_tokens
+                    if async_:
+                        r.in_flight += num
+                        if samples:
+                            r.placeholders += 1
                     if chunks:
                         cpu.load(chunks)  # type: ignore[union-attr]
                     gpu_hit += hit_len
@@ -186,8 +208,8 @@ class _Sim:
                         r.first_scheduled_ps = clock
                         r.cached_tokens = hit_len
                         r.cpu_tokens = ext
-                    sched.append(r)
-                    kv_tokens += computed + num
+                    batch.append((r, num, samples))
+                    kv_tokens += end
                     prefill += num
                     budget -= num
 
@@ -203,7 +225,7 @@ class _Sim:
                 ps_usage.append(round(u * 1000))
                 ps_tokens.append(total)
             if cpu is not None:
-                for r in sched:  # write-through of the prompt's computed chunks
+                for r, _, _ in batch:  # write-through of the prompt's computed chunks
                     end = min(r.num_computed, r.prompt_len)
                     r.next_store_chunk = cpu.store(r.hasher.keys, r.next_store_chunk, end)  # type: ignore[union-attr]
             if self.check:
@@ -212,23 +234,52 @@ class _Sim:
             if step_model is not None and total:
                 duration = step_model.duration(kv_tokens, prefill) + (cpu.take_load_ps() if cpu else 0)
                 busy_ps += duration
-            end_clock = clock + duration
+            launched = clock  # the GPU runs batches back to back: this one starts when the last one ends
+            clock += duration
+            this = (batch, s, clock)
+            s += 1
+            if not total and not running and waiting and not preempted:
+                head = waiting[0]
+                raise InputError(f"request {head.req.id} ({head.num_tokens} tokens) can never be admitted: it needs "
+                                 f"{mgr.blocks_for_prompt(head)} blocks and the pool has {pool.num_blocks - 1}; "
+                                 "give the pool more blocks or shorten the prompt")
+            if async_:
+                # v1/engine/core.py::EngineCore.step_with_batch_queue (two batches): with none in flight,
+                # schedule the next batch before waiting for this one's output
+                done, in_flight = in_flight, this
+                if done is None:
+                    if total or waiting or running:
+                        continue
+                    done, in_flight = this, None
+            else:
+                done = this
 
-            # ---- update_from_output() ----
+            # ---- update_from_output() of the oldest batch ----
+            items, at, end_clock = done
             finished = None
-            for r in sched:
-                if r.num_computed < r.num_tokens:
-                    continue  # a prefill chunk: no token
+            for r, num, samples in items:
+                stale = False
+                if async_:
+                    r.in_flight -= num
+                    if r.stale > 0:
+                        stale = True
+                        r.stale -= num
+                if not samples or r.finish_step >= 0:
+                    continue
                 r.num_tokens += 1
                 r.generated += 1
                 generated += 1
                 if r.first_token_step < 0:
-                    r.first_token_step = s
+                    r.first_token_step = at
                     r.first_token_ps = end_clock
                 if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hash_block:  # type: ignore[union-attr]
                     r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
+                if not stale and r.placeholders:
+                    r.placeholders -= 1
+                    if caching and r.tracked:  # file the blocks its processed tokens filled
+                        mgr.cache_blocks(r, min(r.num_computed - r.in_flight, r.num_tokens))
                 if r.num_tokens >= mml or r.generated >= r.max_tokens:
-                    r.finish_step = s
+                    r.finish_step = at
                     r.finish_ps = end_clock
                     mgr.free(r)
                     completed += 1
@@ -237,13 +288,8 @@ class _Sim:
                     finished.add(r.index)
             if finished:
                 running = [r for r in running if r.index not in finished]
-            if not total and not running and waiting and not preempted:
-                head = waiting[0]
-                raise InputError(f"request {head.req.id} ({head.num_tokens} tokens) can never be admitted: it needs "
-                                 f"{mgr.blocks_for_prompt(head)} blocks and the pool has {pool.num_blocks - 1}; "
-                                 "give the pool more blocks or shorten the prompt")
-            s += 1
-            clock = end_clock
+                if async_ and any(r.index in finished for r in waiting):  # a stale token ended a preempted one
+                    waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,

@@ -1,10 +1,17 @@
-"""``--plot``: a stacked memory timeline per allocator on one time axis, and the time-averaged breakdown."""
+"""``--plot``: a stacked memory timeline per allocator on one time axis, and the time-averaged breakdown;
+for a vllm-v1 run, the pool's usage and the requests running and waiting over simulated seconds."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvplan.core.sim.model import SimResult
+
+if TYPE_CHECKING:
+    from kvplan.core.sim.v1 import V1Result
+
+MAX_POINTS = 4000  # a line plot needs no more: longer runs are thinned evenly
 
 _PARTS = (("token states", "#2e7d32"), ("reserved", "#f9a825"), ("internal frag", "#c62828"),
           ("external frag", "#6a1b9a"), ("free", "#bdbdbd"))
@@ -49,6 +56,43 @@ def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_ar
         left = [a + b for a, b in zip(left, values)]
     bar.set_xlim(0, 1)
     bar.set_title("time-averaged share of the KV pool (busy period)", fontsize=9)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_v1(r: "V1Result", path: Path, *, title: str, last_arrival_s: float | None = None) -> None:
+    """Two panels on one seconds axis (the clock at each step that scheduled something; steps without a
+    step-time model): the share of the pool's blocks that requests hold (vLLM's KV cache usage), then
+    the requests running and waiting after each schedule(); a dashed line marks the last arrival."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(r.per_step_running)
+    every = max(1, -(-n // MAX_POINTS))
+    idx = range(0, n, every)
+    timed = len(r.per_step_start_ps) == n and n > 0
+    x = [r.per_step_start_ps[i] / 1e12 for i in idx] if timed else list(idx)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True, constrained_layout=True)
+    top.fill_between(x, [r.per_step_kv_usage_permille[i] / 1000 for i in idx], color="#2e7d32", step="post",
+                     label="blocks held by requests")
+    top.set_ylim(0, 1)
+    top.set_ylabel("share of pool")
+    top.set_title(f"KV cache usage: mean {100 * r.mean_kv_usage:.1f}%; {r.preemptions:,} preemptions; prefix hit "
+                  f"rate {100 * r.prefix_hit_rate:.1f}% (first scheduling)", fontsize=9)
+    bottom.plot(x, [r.per_step_running[i] for i in idx], color="#1565c0", linewidth=0.8, label="running")
+    if len(r.per_step_waiting) == n:
+        bottom.plot(x, [r.per_step_waiting[i] for i in idx], color="#c62828", linewidth=0.8, label="waiting")
+    bottom.set_ylabel("requests")
+    bottom.set_title(f"mean running {r.mean_running:.1f}, peak {r.peak_running}", fontsize=9)
+    bottom.legend(loc="upper right", fontsize=7)
+    for ax in (top, bottom):
+        if last_arrival_s is not None and timed:
+            ax.axvline(last_arrival_s, color="black", linestyle="--", linewidth=0.8)
+    bottom.set_xlabel(("simulated seconds" + (" (dashed: last arrival)" if last_arrival_s is not None else ""))
+                      if timed else "step (no step-time model)")
     fig.suptitle(title)
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -146,6 +146,13 @@ def simulate(
     from kvplan.core.sim.model import allocator_spec
     from kvplan.io.examples import resolve_input
 
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+        if not plot.parent.is_dir():
+            raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
     event = event_or_v1(resolve_input(workload_file, "workload"), engine=engine, model=scheduler_model, plot=plot,
                         as_json=as_json)
     if event is None:
@@ -155,13 +162,6 @@ def simulate(
         names = allocator or [a.name for a in w.allocators]
         where = placement or (w.allocators[0].placement if w.allocators else "buddy")
         w = dataclasses.replace(w, allocators=[allocator_spec(a, placement=where) for a in names])
-    if plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise InputError("--plot needs matplotlib: pip install -e '.[plot]'") from None
-        if not plot.parent.is_dir():
-            raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
     show_progress = not as_json and sys.stderr.isatty() and len(w.requests) * len(w.allocators) >= 20_000
     results = run_all(w, progress=show_progress, points=TIMELINE_POINTS if plot else 0)
     if plot is not None:

@@ -34,15 +34,12 @@ def event_or_v1(path: Path, *, engine: str | None, model: str | None, plot: Path
         if not longer:
             return dataclasses.replace(w, notes=(*w.notes, f"simulator: event ({why})"))
         sim, why = V1, longer
-    if plot is not None:
-        raise InputError("--plot draws the event simulator's allocators; the vllm-v1 simulator has no plot yet "
-                         "(drop --plot, or pass --scheduler-model event)")
     v = resolve_v1(path, wf, why)
-    run_v1(v, as_json=as_json)
+    run_v1(v, as_json=as_json, plot=plot)
     return None
 
 
-def run_v1(v: "V1Workload", *, as_json: bool) -> None:
+def run_v1(v: "V1Workload", *, as_json: bool, plot: Path | None = None) -> None:
     from kvplan.core.sim.v1 import simulate_v1
     from kvplan.errors import KvplanError
 
@@ -55,6 +52,13 @@ def run_v1(v: "V1Workload", *, as_json: bool) -> None:
         print_json(doc)
     else:
         print_v1(v, result, doc)
+    if plot is not None:
+        from kvplan.cli.plot import plot_v1
+
+        arrivals = [q.arrival_ps for q in v.inputs.requests if q.arrival_ps is not None]
+        plot_v1(result, plot, title=v.name, last_arrival_s=max(arrivals) / 1e12 if arrivals else None)
+        if not as_json:
+            console.print(f"plot written to {plot}")
 
 
 def _pcts(p) -> dict[str, float] | None:

@@ -139,7 +139,6 @@ def test_plain_traffic_stays_on_the_event_engine(tmp_path):
 
 @pytest.mark.parametrize("args, text, match", [
     (["--scheduler-model", "fast"], LONG, "auto, event or vllm-v1"),
-    (["--plot", "x.png"], LONG, "no plot"),
     ([], LONG.replace("all_at_once}", "all_at_once}\n  sessions: {count: 1}"), "sessions"),
 ])
 def test_bad_v1_inputs_exit_2_with_one_line(tmp_path, args, text, match):
@@ -197,3 +196,30 @@ requests: {count: 10, arrival: {process: poisson, rate: 2}, prompt_tokens: {dist
 scheduler: {model: event, async_scheduling: true}
 """
     assert "cannot simulate async scheduling" in run(write(tmp_path, plain, "bad.yaml"), code=2)["output"]
+
+
+def test_plot_of_a_vllm_v1_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "v1.png"
+    r = runner.invoke(app, ["simulate", str(write(tmp_path, sessions(2_000, count=3))), "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot written to" in r.output
+    r = runner.invoke(app, ["simulate", str(write(tmp_path, sessions(2_000))), "--plot", str(tmp_path / "no" / "p.png")])
+    assert r.exit_code == 2 and "does not exist" in r.output  # checked before the run
+
+
+def test_per_step_clock_and_waiting(tmp_path):
+    """A step-time model of 20 ms a step: the clock at each counted step starts at or after the previous
+    step's end, and every request is running, waiting or done at each step."""
+    from kvplan.core.sim.v1 import simulate_v1
+    from kvplan.io.workload_v1 import choose, read_file, resolve_v1
+
+    path = write(tmp_path, sessions(2_000, count=3))
+    wf = read_file(path, None)
+    v = resolve_v1(path, wf, choose(wf, path)[1])
+    r = simulate_v1(v.inputs)
+    n = len(r.per_step_running)
+    assert len(r.per_step_start_ps) == len(r.per_step_waiting) == n > 0
+    gaps = [b - a for a, b in zip(r.per_step_start_ps, r.per_step_start_ps[1:])]
+    assert min(gaps) >= 20 * 10**9  # 20 ms in picoseconds: a counted step lasts one step at least
+    assert max(r.per_step_running[i] + r.per_step_waiting[i] for i in range(n)) <= len(v.inputs.requests)

@@ -87,6 +87,8 @@ class V1Result:
     per_step_running: tuple[int, ...]
     per_step_kv_usage_permille: tuple[int, ...]
     per_step_scheduled_tokens: tuple[int, ...]
+    per_step_waiting: tuple[int, ...] = ()  # waiting requests after schedule(), at each counted step
+    per_step_start_ps: tuple[int, ...] = ()  # the clock at each counted step's start (with a step model)
     tiers: TierStats = field(default_factory=TierStats)
     queue_steps: Percentiles | None = None
     ttft_steps: Percentiles | None = None

@@ -95,6 +95,8 @@ class _Sim:
         ps_running: list[int] = []
         ps_usage: list[int] = []
         ps_tokens: list[int] = []
+        ps_waiting: list[int] = []
+        ps_start: list[int] = []
         gpu_hit = cpu_hit = recomputed = 0
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
@@ -224,6 +226,9 @@ class _Sim:
                 ps_running.append(nr)
                 ps_usage.append(round(u * 1000))
                 ps_tokens.append(total)
+                ps_waiting.append(len(waiting))
+                if step_model is not None:
+                    ps_start.append(clock)
             if cpu is not None:
                 for r, _, _ in batch:  # write-through of the prompt's computed chunks
                     end = min(r.num_computed, r.prompt_len)
@@ -293,7 +298,7 @@ class _Sim:
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
-                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed)
+                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start)
 
     def _check(self, running: list[ReqState], waiting: deque[ReqState]) -> None:
         """Every block held is accounted for by reference counts; free blocks are held by nobody; the null
@@ -318,7 +323,7 @@ class _Sim:
         assert not ({r.index for r in running} & {r.index for r in waiting}), "a request is running and waiting"
 
     def _result(self, steps, run_sum, peak, preemptions, usage_sum, completed, generated, calls, clock, busy_ps,
-                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed) -> V1Result:
+                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start) -> V1Result:
         states = self.states
         timed = self.inputs.step_model is not None
         records = []
@@ -357,7 +362,8 @@ class _Sim:
             prefix_hit_rate=cached / prompt_tokens if prompt_tokens else 0.0, completed=completed,
             generated_tokens=generated, schedule_calls=calls, per_request=tuple(records),
             per_step_running=tuple(ps_running), per_step_kv_usage_permille=tuple(ps_usage),
-            per_step_scheduled_tokens=tuple(ps_tokens), tiers=tiers,
+            per_step_scheduled_tokens=tuple(ps_tokens), per_step_waiting=tuple(ps_waiting),
+            per_step_start_ps=tuple(ps_start), tiers=tiers,
             queue_steps=percentiles(q_steps), ttft_steps=percentiles(t_steps), e2e_steps=percentiles(e_steps),
             queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
             e2e_s=percentiles(e_s) if timed else None, seconds=clock / 1e12 if timed else None, busy_seconds=busy,

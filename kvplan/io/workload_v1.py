@@ -206,7 +206,7 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
     available = w.pool_bytes if not w.num_blocks else 0
     async_ = choice.profile.rules.async_default if sch.async_scheduling is None else sch.async_scheduling
     if sch.async_scheduling is None and async_:
-        notes.append(f"async scheduling on (vLLM {choice.version}'s default: two batches in flight); set "
+        notes.append("async scheduling on (vLLM's default from 0.14.0: two batches in flight); set "
                      "scheduler.async_scheduling: false for the synchronous scheduler")
     try:
         plan = plan_vllm(spec.layers, available, max_len, choice.profile, model_dtype=spec.dtype,

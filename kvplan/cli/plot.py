@@ -61,7 +61,7 @@ def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_ar
     plt.close(fig)
 
 
-def plot_v1(r: "V1Result", path: Path, *, title: str, last_arrival_s: float | None = None) -> None:
+def plot_v1(r: V1Result, path: Path, *, title: str, last_arrival_s: float | None = None) -> None:
     """Two panels on one seconds axis (the clock at each step that scheduled something; steps without a
     step-time model): the share of the pool's blocks that requests hold (vLLM's KV cache usage), then
     the requests running and waiting after each schedule(); a dashed line marks the last arrival."""

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
-from kvplan.errors import InputError
 
 if TYPE_CHECKING:
     from kvplan.core.sim.v1 import V1Result

@@ -31,11 +31,25 @@ def event_or_v1(path: Path, *, engine: str | None, model: str | None, plot: Path
         longer = "" if model == EVENT else long_prompt_reason(
             wf, [q.prompt for q in w.requests], w.config.max_num_batched_tokens, w.config.max_model_len)
         if not longer:
-            return dataclasses.replace(w, notes=(*w.notes, f"simulator: event ({why})"))
+            return dataclasses.replace(w, notes=(*w.notes, f"simulator: event ({why})",
+                                                 *_scheduler_note(wf.serving.engine)))
         sim, why = V1, longer
     v = resolve_v1(path, wf, why)
     run_v1(v, as_json=as_json, plot=plot)
     return None
+
+
+def _scheduler_note(engine: str) -> tuple[str, ...]:
+    """The event engine schedules as vLLM does, whichever engine's budget sized the pool."""
+    name = engine.split("==")[0]
+    if name == "sglang":
+        return ("scheduling follows vLLM's rules (admission by prompt, the newest request preempted); SGLang "
+                "reserves room for future output tokens and retracts instead: docs/engines.md, \"SGLang's "
+                "scheduler\"",)
+    if name == "trtllm":
+        return ("scheduling follows vLLM's rules; TensorRT-LLM's scheduler (its capacity policy) is not "
+                "modelled",)
+    return ()
 
 
 def run_v1(v: "V1Workload", *, as_json: bool, plot: Path | None = None) -> None:

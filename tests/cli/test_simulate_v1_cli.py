@@ -223,3 +223,17 @@ def test_per_step_clock_and_waiting(tmp_path):
     gaps = [b - a for a, b in zip(r.per_step_start_ps, r.per_step_start_ps[1:])]
     assert min(gaps) >= 20 * 10**9  # 20 ms in picoseconds: a counted step lasts one step at least
     assert max(r.per_step_running[i] + r.per_step_waiting[i] for i in range(n)) <= len(v.inputs.requests)
+
+
+@pytest.mark.parametrize("engine, says", [("sglang", "SGLang reserves"), ("trtllm", "TensorRT-LLM's scheduler"),
+                                          ("vllm", None)])
+def test_event_runs_say_whose_scheduling_they_follow(tmp_path, engine, says):
+    text = f"""
+serving: {{model: llama3.1-8b, gpu: H100-80GB, engine: {engine}}}
+requests: {{count: 20, arrival: {{process: poisson, rate: 2}}, prompt_tokens: {{dist: constant, value: 100}},
+           output_tokens: {{dist: constant, value: 10}}}}
+"""
+    out = run(write(tmp_path, text))
+    assert out["scheduler_model"] == "event"
+    notes = [n for n in out["notes"] if n.startswith("scheduling follows vLLM's rules")]
+    assert (says in notes[0]) if says else not notes

@@ -43,12 +43,12 @@ def _scheduler_note(engine: str) -> tuple[str, ...]:
     """The event engine schedules as vLLM does, whichever engine's budget sized the pool."""
     name = engine.split("==")[0]
     if name == "sglang":
-        return ("scheduling follows vLLM's rules (admission by prompt, the newest request preempted); SGLang "
-                "reserves room for future output tokens and retracts instead: docs/engines.md, \"SGLang's "
-                "scheduler\"",)
+        return (("scheduling follows vLLM's rules (admission by prompt, the newest request preempted); SGLang "
+                 "reserves room for future output tokens and retracts instead: docs/engines.md, \"SGLang's "
+                 "scheduler\""),)
     if name == "trtllm":
-        return ("scheduling follows vLLM's rules; TensorRT-LLM's scheduler (its capacity policy) is not "
-                "modelled",)
+        return (("scheduling follows vLLM's rules; TensorRT-LLM's scheduler (its capacity policy) is not "
+                 "modelled"),)
     return ()
 
 

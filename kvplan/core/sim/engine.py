@@ -8,10 +8,12 @@ runs of steps are accounted in closed form:
   slots are ``U + N * s`` (``U`` the sum of ``n * tb`` plus the prefix-sharing correction, ``N`` the
   running sequences);
 - for paged pools the unused slots of each sequence's last block depend only on ``(tb + s) mod B``,
-  so the total slack is kept for each of the ``B`` residues of the step (O(B) to update when a
-  sequence starts or stops, O(1) to read), which gives the block count and, summed over a run of
-  steps, the allocated memory. The step the pool runs out is bracketed to ``B`` candidates by the
-  slack's bounds (0 and ``N * (B - 1)``), then bisected;
+  so the total slack is kept for each of the ``B`` residues of the step, with its running sum over
+  the residues, as the fields of one integer (a sequence starting or stopping adds or subtracts its
+  own fields: one addition; a field is read with a shift and a mask), which gives the block count
+  and, summed over a run of steps (a difference of two running sums), the allocated memory. The step
+  the pool runs out is bracketed to ``B`` candidates by the slack's bounds (0 and ``N * (B - 1)``),
+  then bisected;
 - step durations are linear in the tokens held, so the clock over a run of steps is a quadratic in
   the number of steps and the step an arrival lands on is its integer root (``math.isqrt``).
 
@@ -368,7 +370,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         used_sum = count * u0 + N * count * (count - 1) // 2
         if paged:
             full, rem = divmod(count, B)
-            alloc_sum = used_sum + full * N * (B * (B - 1) // 2)  # a sequence's slack over B steps: 0 + ... + B - 1
+            alloc_sum = used_sum + full * N * sum_all  # a sequence's slack over B steps: 0 + ... + B - 1
             if rem:
                 r0 = s % B  # the slack over residues r0 .. r0 + rem - 1 (mod B): a difference of running sums
                 r1 = r0 + rem

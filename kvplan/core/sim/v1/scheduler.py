@@ -1,4 +1,4 @@
-"""vLLM v1's scheduler, one schedule() / model step / update_from_output() per loop (0.33.0, sync scheduling).
+"""vLLM v1's scheduler, one schedule() / model step / update_from_output() per loop (0.33.0), sync or async.
 
 vllm/v1/core/sched/scheduler.py::Scheduler (FCFS policy):
 - schedule(): a token budget of max_num_batched_tokens; first the running requests in order, each asking
@@ -15,6 +15,11 @@ vllm/v1/core/sched/scheduler.py::Scheduler (FCFS policy):
 update_from_output(): a request whose computed tokens reach its known tokens samples one token (the
 reference harness's fake runner); it stops at max_tokens or max_model_len (sched/utils.py::check_stop)
 and its blocks are freed at once, in scheduling order.
+Async scheduling (sched/async_scheduler.py::AsyncScheduler, engine/core.py::step_with_batch_queue with two
+batches): a placeholder for each token being sampled, asked for by the next schedule(); a request whose
+last token is in flight is skipped; each batch's output is processed after the next batch is scheduled
+(finished requests free their blocks a batch later); a preempted request still receives its token in
+flight (stale); sliding windows free on the processed tokens (KVCacheManager.allocate_slots).
 """
 
 from __future__ import annotations

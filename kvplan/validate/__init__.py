@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.errors import InputError
+
+if TYPE_CHECKING:
+    from kvplan.core.engines import Engine
+    from kvplan.core.profiles import EngineChoice
 
 
 def require_torch() -> None:
@@ -14,3 +20,20 @@ def require_torch() -> None:
         raise InputError(
             f"validation needs torch and transformers ({exc.name} is missing): pip install -e '.[validate]'"
         ) from None
+
+
+def installed_hf_choice() -> EngineChoice:
+    """``--engine hf==<the installed transformers>``: the profile whose rules the real cache here follows."""
+    require_torch()
+    import transformers
+
+    from kvplan.core.profiles import parse_engine
+
+    return parse_engine(f"hf=={transformers.__version__}")
+
+
+def installed_hf_engine() -> Engine:
+    """The ``hf`` engine under the installed transformers' own profile (what every byte-for-byte check compares)."""
+    from kvplan.core.engines import get_engine
+
+    return get_engine("hf", profile=installed_hf_choice().profile)

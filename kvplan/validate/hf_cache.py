@@ -87,6 +87,19 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
     return model.eval()
 
 
+def cache_kwarg(model: Any) -> str:
+    """The keyword the model's forward takes its cache by: ``cache`` from transformers 5.24 (``past_key_values`` is
+    deprecated there and warns on every call: utils/generic.py), ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The cache a forward returned (``out.cache`` from 5.24, ``out.past_key_values`` before)."""
+    return out.cache if "cache" in out else out.past_key_values
+
+
 def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, seed: int = 0,
                    device: str = "cpu") -> CacheMeasurement:
     """Prefill ``prompt_len`` tokens, decode one token at a time up to ``seq_len`` tokens in the cache,
@@ -102,11 +115,12 @@ def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, see
     ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(device)
     own = model.config.get_text_config().model_type in _OWN_CACHE_TYPES
     cache = None if own else DynamicCache(config=model.config)  # None: the model creates its own
+    key = cache_kwarg(model)
     with torch.no_grad():
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+        out = model(input_ids=ids, **{key: cache}, use_cache=True)
+        cache = output_cache(out)
         for _ in range(seq_len - prompt_len):
             nxt = out.logits[:, -1:].argmax(-1)
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=nxt, **{key: cache}, use_cache=True)
+            cache = output_cache(out)
     return cache_storage_bytes(cache)

@@ -50,6 +50,17 @@ def test_transformers_4_cached_mla_expanded():
     assert new["bytes_per_token"] == 70_272 and old["bytes_per_token"] == 61 * 128 * (192 + 128) * 2
 
 
+def test_transformers_5_24_holds_deepseek_v4_overlap_gates_in_float32():
+    """5.24 made the CSA compressors' position_bias float32, so the overlap gate it keeps is float32: per sequence
+    and CSA layer, m x (head_dim + index_head_dim) values at 4 bytes instead of 2. DeepSeek-V4-Pro: 30 CSA layers
+    (ratio m = 4, head_dim 512, index_head_dim 128)."""
+    args = ("size", "deepseek-v4-pro", "--seq-len", "1000", "--batch", "2", "--json")
+    old, new = run(*args, "--engine", "hf==5.23"), run(*args, "--engine", "hf==5.24")
+    assert new["engine_version"] == "5.24.0" and old["engine_version"] == "5.0.0"
+    assert new["total_bytes"] - old["total_bytes"] == 2 * 30 * 4 * (512 + 128) * (4 - 2)
+    assert run(*args, "--engine", "hf")["total_bytes"] == new["total_bytes"]  # the newest profile by default
+
+
 @pytest.mark.parametrize("args,message", [
     (["fit", "llama2-7b", "--gpu", "H100", "--engine", "vllm==0.5.4"], "older than the oldest profile"),
     (["fit", "llama2-7b", "--gpu", "H100", "--engine", "hf"], "unknown engine 'hf'"),

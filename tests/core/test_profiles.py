@@ -113,3 +113,12 @@ def test_a_log_picks_its_release_and_a_v0_log_in_a_v1_era_gets_v0_rules():
     assert note is None
     profile, note = for_log(None, "V1")
     assert profile is VLLM_PROFILES[-1] and "prints no vLLM version" in note
+
+
+def test_engines_built_without_a_profile_follow_the_newest():
+    """get_engine("hf") (no profile) and get_engine("hf", profile=newest) are the same rules: the class defaults
+    cannot drift from the newest profile."""
+    from kvplan.core.engines import get_engine
+
+    for name in ("hf", "vllm", "sglang", "trtllm"):
+        assert get_engine(name) == get_engine(name, profile=registry().newest(name)), name

@@ -48,7 +48,8 @@ def get_engine(name: str, *, block_size: int | None = None, profile: Any = None)
     if name == "vllm" and rules is not None and not rules.hybrid_manager:
         engine = dataclasses.replace(engine, frees_out_of_window=False)
     if name == "hf" and rules is not None:
-        engine = dataclasses.replace(engine, mla_latent=rules.mla_latent)
+        engine = dataclasses.replace(engine, mla_latent=rules.mla_latent,
+                                     csa_overlap_gate_fp32=rules.csa_overlap_gate_fp32)
     if name == "trtllm" and rules is not None and block_size is None:
         engine = dataclasses.replace(engine, block_size=rules.tokens_per_block)
     return engine

@@ -25,7 +25,9 @@ Source: transformers v5.23 ``src/transformers/cache_utils.py``.
   stores the same K=V states twice, as keys and as values. Compressed entries (``compressed_kv``) and the CSA indexer's (at index_head_dim) are concatenated:
   floor(S / m). The compressor's buffer is a *view* of the last concatenation, so after a decode step it holds
   ((S - 1) mod m) + 1 tokens of kv and gate (2 x head_dim each with CSA's overlap); CSA also keeps the last
-  closed window's first half (``overlap_kv``/``overlap_gate``, m x head_dim each) once a window has closed.
+  closed window's first half (``overlap_kv``/``overlap_gate``, m x head_dim each) once a window has closed. From
+  5.24 the overlap gates are float32 (``position_bias`` is a float32 parameter added to the gate before
+  ``update_overlap_state`` keeps it; kvplan.core.profiles.hf), 5.23 kept them in the model dtype.
 - Linear attention (``LinearAttentionLayer``): conv state of the full kernel width (the cache pads
   the prefill to ``conv_kernel_size`` columns) plus the recurrent state. The gated-delta-net
   recurrent state is float32 whatever the model dtype: ``torch_chunk_gated_delta_rule`` in
@@ -59,6 +61,8 @@ _FP32_STATE_FAMILIES = frozenset({"gated_delta_net", "kda", "mamba2"})
 class HFEngine(Engine):
     name: str = "hf"
     linear_conv_keeps_full_kernel: bool = True
+    # The newest profile's rules (kvplan.core.profiles.hf); get_engine sets them from the release's profile.
+    csa_overlap_gate_fp32: bool = True
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         if "hf_kv_broadcast" not in spec.quirks:
@@ -96,8 +100,11 @@ class HFEngine(Engine):
         held += 2 * buffered * vec(layer.compressor_channels)
         if layer.indexer_head_dim:
             held += 2 * buffered * vec(2 * layer.indexer_head_dim)
-        if layer.overlap and entries:
-            held += 2 * m * vec(layer.head_dim) + (2 * m * vec(layer.indexer_head_dim) if layer.indexer_head_dim else 0)
+        if layer.overlap and entries:  # the last closed window's first half: kv, and gate (float32 from 5.24)
+            gate = get_dtype("fp32").vector_bytes if self.csa_overlap_gate_fp32 else vec
+            held += m * (vec(layer.head_dim) + gate(layer.head_dim))
+            if layer.indexer_head_dim:
+                held += m * (vec(layer.indexer_head_dim) + gate(layer.indexer_head_dim))
         return held
 
     def describe_rules(self) -> str:

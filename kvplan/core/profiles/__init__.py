@@ -101,8 +101,9 @@ def _registry() -> Registry:
     return Registry({"vllm": VLLM_PROFILES, "sglang": SGLANG_PROFILES, "trtllm": TRTLLM_PROFILES,
                      "hf": HF_PROFILES},
                     # vLLM: every sdist 0.6.2-0.33.0; SGLang: sdists up to 0.5.10 (later ones are wheels only);
-                    # TensorRT-LLM: the 1.x KvCacheConfig reference; transformers: the 5.23 installed here.
-                    {"vllm": "0.33.0", "sglang": "0.5.10", "trtllm": "1.2.1", "hf": "5.23.0"})
+                    # TensorRT-LLM: the 1.x KvCacheConfig reference; transformers: 5.23 and 5.24, sources
+                    # and the byte-for-byte tests.
+                    {"vllm": "0.33.0", "sglang": "0.5.10", "trtllm": "1.2.1", "hf": "5.24.0"})
 
 
 _REGISTRY: Registry | None = None

@@ -79,12 +79,43 @@ def test_iter_lines_is_lazy_and_caps_line_length(tmp_path):
         next(lines)
 
 
-@pytest.mark.parametrize("text", ["[" * 50_000 + "]" * 50_000, "- " * 50_000 + "x\n", "{a: " * 50_000 + "1" + "}" * 50_000])
-def test_deep_yaml_is_refused_before_parsing(tmp_path, text):
+DEEP_YAML = ["[" * 50_000 + "]" * 50_000, "- " * 50_000 + "x\n", "{a: " * 50_000 + "1" + "}" * 50_000]
+
+
+@pytest.mark.parametrize("text", DEEP_YAML)
+def test_deep_yaml_is_refused_without_crashing(tmp_path, text):
+    """50,000 levels crash libyaml's recursive composer. Whoever refuses it first (kvplan's event scan, or PyYAML's
+    own scanner limit since 6.0.4, in its own words), the result is one ConfigError line naming the file."""
     path = tmp_path / "deep.yaml"
     path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_yaml(path)
+    assert str(info.value).startswith(f"{path}:") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", DEEP_YAML)
+def test_deep_yaml_is_one_line_and_exit_2_on_the_command_line(tmp_path, text):
+    from typer.testing import CliRunner
+
+    from kvplan.cli import app
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    for command in ("simulate", "check"):
+        r = CliRunner().invoke(app, [command, str(path)])
+        assert r.exit_code == 2, r.output
+        assert len(r.stderr.strip().splitlines()) == 1 and "deep.yaml" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("depth", [65, 100, 900])
+def test_yaml_nested_past_kvplans_bound_is_refused_by_kvplan(tmp_path, depth):
+    """Nesting PyYAML itself reads (it refuses only from about 1,000 flow levels) is refused by kvplan's own bound."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("[" * depth + "]" * depth)
     with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
         load_yaml(path)
+    path.write_text("[" * 64 + "]" * 64)
+    assert load_yaml(path) is not None
 
 
 def test_deep_json_is_refused(tmp_path):

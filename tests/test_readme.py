@@ -17,8 +17,16 @@ spec.loader.exec_module(readme_figures)
 def test_readme_opens_with_the_two_setup_commands():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     block = lines[lines.index("```bash") + 1: lines.index("```bash") + 3]
-    assert block[0] == "pip install -e . && kvplan size llama2-7b --batch 16"
-    assert block[1].startswith("pip install torch==2.13.0 && pip install -e '.[test]' && python -m pytest tests")
+    assert block[0] == "pip install -e . -c constraints.txt && kvplan size llama2-7b --batch 16"
+    assert block[1].startswith("pip install torch==2.13.0 && pip install -e '.[test]' -c constraints.txt && "
+                               "python -m pytest tests")
+
+
+def test_ci_runs_the_readmes_commands_with_the_constraints():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install -q -e . -c constraints.txt" in ci
+    assert "pip install -q -e '.[test]' -c constraints.txt" in ci
+    assert '-c "$root/constraints.txt"' in ci  # the bare install too
 
 
 @pytest.mark.parametrize("name", sorted(readme_figures.BLOCKS))

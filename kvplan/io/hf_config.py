@@ -26,9 +26,10 @@ from typing import Any
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
-from kvplan.errors import ConfigError, InputError
+from kvplan.errors import ConfigError, InputError, UnmodeledError
 from kvplan.io.arch import arch_from_config
-from kvplan.io.families import family_module
+from kvplan.io.architectures import is_checked, not_modeled_reason
+from kvplan.io.families import FAMILY_TYPES, family_module
 
 
 # Upper bounds on config.json integers, so that no input can build per-layer structures of a billion
@@ -47,7 +48,8 @@ _BOUNDS: dict[str, int] = {
                      "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "expert_layer_period",
                      "expert_layer_offset", "attn_layer_period", "attn_layer_offset", "sliding_window_pattern",
                      "no_rope_layer_interval", "full_attention_interval", "max_window_layers"), _MAX_LAYERS),
-    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads",
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads", "num_key_value_heads",
+                     "num_kv_heads",
                      "n_head_kv", "linear_num_key_heads", "linear_num_value_heads"), _MAX_HEADS),
     **dict.fromkeys(("hidden_size", "n_embd", "d_model", "intermediate_size", "ffn_dim", "n_inner",
                      "intermediate_size_mlp", "moe_intermediate_size", "shared_expert_intermediate_size",
@@ -56,7 +58,7 @@ _BOUNDS: dict[str, int] = {
                      "linear_key_head_dim", "linear_value_head_dim", "mamba_d_state"), _MAX_HEAD_DIM),
     **dict.fromkeys(("mamba_d_conv", "linear_conv_kernel_dim", "mamba_expand"), _MAX_SMALL),
     "vocab_size": _MAX_VOCAB,
-    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "max_seq_len",
                      "sliding_window", "attention_chunk_size"), _MAX_POSITIONS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
                      "n_shared_experts"), _MAX_EXPERTS),
@@ -189,6 +191,39 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+_MEASURE_HINT = "; `--engine hf` measures transformers' own cache for this config instead (needs torch and transformers)"
+
+
+def _num_layers(cfg: _Cfg) -> int:
+    """num_hidden_layers (or its other names); where transformers 5.x derives it from a per-layer list and writes
+    none (NemotronHConfig: ``layers_block_type`` / ``hybrid_override_pattern``), that list's length."""
+    num = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers", default=0, minimum=0)
+    if num:
+        return num
+    for key in ("layer_types", "layers_block_type", "hybrid_override_pattern"):
+        listed = cfg.get(key)
+        if isinstance(listed, (list, str)) and 0 < len(listed) <= _MAX_LAYERS:
+            return len(listed)
+    return cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")  # the "required key" message
+
+
+def _check_model_type(raw: dict[str, Any], model_type: str, origin: str, notes: list[str]) -> None:
+    """Refuse a model type kvplan does not model (kvplan.io.architectures); note one it has not checked.
+    ``model_type`` is the text model's (``text_config``'s, for a multimodal config)."""
+    # the text model's type, or a multimodal wrapper's (mllama) that kvplan refuses whatever its text model is
+    outer = raw.get("model_type") if isinstance(raw.get("model_type"), str) else model_type
+    for name in dict.fromkeys((outer, model_type)):
+        reason = not_modeled_reason(name)
+        if reason is not None:
+            raise UnmodeledError(f"{origin}: kvplan does not model model_type {name!r}: {reason}{_MEASURE_HINT}",
+                                 config=raw, model_type=name)
+    if not is_checked(model_type, FAMILY_TYPES):
+        what = f"model_type {model_type!r} is not one" if model_type else "the config names no model_type, so not one"
+        notes.append(f"{what} kvplan has checked against transformers' cache: its layers are read as plain decoder "
+                     "attention from the standard keys; with transformers installed, `--engine hf` measures the "
+                     "real cache")
+
+
 def _with_class_defaults(data: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     defaults = _CLASS_DEFAULTS.get(str(data.get("model_type", "")), {})
     missing = {k: v for k, v in defaults.items() if data.get(k) is None}
@@ -250,9 +285,13 @@ def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) 
             raise ConfigError(f"{cfg.origin}: layer_types must list one type per layer ({num_layers})")
         kinds = []
         for i, t in enumerate(types):
-            if not isinstance(t, str) or t not in _LAYER_TYPE_KINDS:
+            if not isinstance(t, str):
+                raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {_show(t)} is not a layer type: write one "
+                                  "name per layer, such as full_attention")
+            if t not in _LAYER_TYPE_KINDS:
                 known = ", ".join(sorted(_LAYER_TYPE_KINDS))
-                raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {t!r} is not a layer type kvplan knows ({known})")
+                raise UnmodeledError(f"{cfg.origin}: layer_types[{i}] = {_show(t)} is not a layer type kvplan "
+                                     f"models ({known}){_MEASURE_HINT}", config=cfg.data, model_type=model_type)
             kinds.append(_LAYER_TYPE_KINDS[t])
         if LayerKind.SLIDING in kinds and not cfg.has("sliding_window"):
             raise ConfigError(f"{cfg.origin}: layer_types has sliding_attention layers but sliding_window is missing")
@@ -333,12 +372,15 @@ def spec_from_hf_config(
     notes: list[str] = []
     cfg = _Cfg(_with_class_defaults(_text_config(raw, notes, origin), notes), origin)
     model_type = cfg.str("model_type")
-    num_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    num_heads = cfg.int("num_attention_heads", "n_head", "num_heads")
+    _check_model_type(raw, model_type, origin, notes)
+    num_layers = _num_layers(cfg)
+    # n_heads: MPT (MptConfig); attention_heads: XGLM (XGLMConfig)
+    num_heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
     hidden = cfg.int("hidden_size", "n_embd", "d_model")
     dtype = _dtype_name(cfg, notes)
     # model_max_length: Kimi-Linear's name for it (transformers KimiLinearConfig.attribute_map)
     max_len = cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "model_max_length",
+                      "max_seq_len",
                       default=0, minimum=0)
     if max_len == 0:
         notes.append("config gives no max_position_embeddings; pass --seq-len")
@@ -356,7 +398,7 @@ def spec_from_hf_config(
         mla = MLALayer(
             num_heads=num_heads,
             kv_lora_rank=cfg.int("kv_lora_rank"),
-            qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+            qk_rope_head_dim=cfg.int("qk_rope_head_dim", minimum=0),  # 0: no RoPE part (a NoPE latent)
             qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
             v_head_dim=cfg.int("v_head_dim"),
         )
@@ -374,7 +416,8 @@ def spec_from_hf_config(
             head_dim = hidden // num_heads
         v_head_dim = cfg.int("v_head_dim", default=head_dim)
         kinds = _layer_kinds(cfg, model_type, num_layers, notes)
-        window = cfg.int("sliding_window", default=1)
+        # read only where a layer slides: a config may carry sliding_window 0 or null beside full attention
+        window = cfg.int("sliding_window") if LayerKind.SLIDING in kinds else 0
         chunk = cfg.int("attention_chunk_size", default=0, minimum=0)
         if LayerKind.CHUNKED in kinds and chunk == 0:
             raise ConfigError(f"{origin}: chunked attention layers need attention_chunk_size")

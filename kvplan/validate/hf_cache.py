@@ -19,45 +19,47 @@ class CacheMeasurement:
     per_layer_bytes: tuple[int, ...]
 
 
-def _storages(obj: Any, seen: set[int], out: list[int]) -> int:
-    """Bytes of storages reachable from obj (tensors, lists, tuples, dicts) not yet seen."""
+def _storages(obj: Any, seen: set[int], depth: int = 0) -> int:
+    """Bytes of the tensor storages reachable from obj (a tensor; a list, tuple or dict of them; or an object's
+    attributes) that are not in ``seen`` yet. Views share their storage, so a storage counts once; it is keyed by
+    its StorageImpl (``_cdata``), which, unlike ``data_ptr()``, also tells meta-device storages apart."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        if obj.numel() == 0 and obj.untyped_storage().nbytes() == 0:
+        if obj.dim() == 0:  # bookkeeping scalars (DynamicSlidingWindowLayer._sliding_window_tensor), not state
             return 0
         storage = obj.untyped_storage()
-        key = storage.data_ptr()
-        if key in seen:
+        if storage.nbytes() == 0 or storage._cdata in seen:
             return 0
-        seen.add(key)
+        seen.add(storage._cdata)
         return storage.nbytes()
+    if depth > 4 or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.dtype, torch.device)):
+        return 0
     if isinstance(obj, dict):
-        return sum(_storages(v, seen, out) for v in obj.values())
+        return sum(_storages(v, seen, depth + 1) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(_storages(v, seen, out) for v in obj)
-    return 0
+        return sum(_storages(v, seen, depth + 1) for v in obj)
+    attrs = getattr(obj, "__dict__", None)
+    return sum(_storages(v, seen, depth + 1) for v in attrs.values()) if attrs else 0
 
 
 def cache_storage_bytes(cache: Any) -> CacheMeasurement:
-    """Distinct storage bytes held by each layer of a transformers Cache (and, for a model that keeps its
-    linear-attention states beside the cache layers, as MiniMax's ``MiniMaxCache.linear_cache`` does, those
-    too, at the same layer index)."""
+    """Distinct storage bytes held by each layer of a transformers Cache: every tensor a layer object holds (keys,
+    values, linear-attention states, DSA indexer keys, DeepSeek-V4's compressor dicts...), so a layer kind kvplan
+    has not seen is counted too. A model that keeps states beside the cache layers (MiniMax's
+    ``MiniMaxCache.linear_cache``) has them counted at the same layer index, and anything else the cache object
+    holds is added to the total (``per_layer_bytes`` then sums to less)."""
     seen: set[int] = set()
     per_layer = []
-    linear = getattr(cache, "linear_cache", None) or []
-    for i in range(max(len(cache.layers), len(linear))):
-        held = 0
-        # keys/values, linear-attention states, DSA indexer keys (DynamicIndexedLayer) and DeepSeek-V4's
-        # compressor state (DeepseekV4HCACache/CSACache: dicts of tensors)
-        if i < len(cache.layers):
-            for attr in ("keys", "values", "conv_states", "recurrent_states", "indexer_keys", "compressed_kv",
-                         "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate"):
-                held += _storages(getattr(cache.layers[i], attr, None), seen, [])
+    layers = list(getattr(cache, "layers", None) or [])
+    linear = list(getattr(cache, "linear_cache", None) or [])
+    for i in range(max(len(layers), len(linear))):
+        held = _storages(layers[i], seen) if i < len(layers) else 0
         if i < len(linear):
-            held += _storages(linear[i], seen, [])
+            held += _storages(linear[i], seen)
         per_layer.append(held)
-    return CacheMeasurement(total_bytes=sum(per_layer), per_layer_bytes=tuple(per_layer))
+    rest = _storages(cache, seen)  # a cache without per-layer objects (or tensors kept beside them)
+    return CacheMeasurement(total_bytes=sum(per_layer) + rest, per_layer_bytes=tuple(per_layer))
 
 
 # Model types whose modeling file builds a cache class of its own and refuses a DynamicCache
@@ -65,25 +67,43 @@ def cache_storage_bytes(cache: Any) -> CacheMeasurement:
 _OWN_CACHE_TYPES = frozenset({"minimax"})
 
 
-def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: int = 0) -> Any:
-    """A random-weight causal LM from a config dict (no download, no remote code)."""
+_SPECIAL_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _special_floats(value: Any) -> Any:
+    """A config.json value as transformers reads it: since 5.x ``to_json_string`` writes inf and NaN as
+    ``{"__float__": "Infinity"}`` (configuration_utils.py, ``_encode_special_floats``) and its JSON loading turns
+    them back into floats (Mamba-2's ``time_step_limit`` is ``[0.0, Infinity]`` by default)."""
+    if isinstance(value, dict):
+        if len(value) == 1 and value.get("__float__") in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[value["__float__"]]
+        return {k: _special_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_special_floats(v) for v in value]
+    return value
+
+
+def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: int = 0, device: str = "cpu") -> Any:
+    """A random-weight causal LM from a config dict (no download, no remote code); on ``device="meta"`` no weight
+    is allocated at all (shapes and dtypes only)."""
     require_torch()
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    cfg = {k: v for k, v in config_dict.items() if not k.startswith("_")}
+    cfg = {k: _special_floats(v) for k, v in config_dict.items() if not k.startswith("_")}
     # random weights in the requested dtype: a checkpoint's quantization scheme does not apply
     for key in ("quantization_config", "auto_map", "architectures"):
         cfg.pop(key, None)
     model_type = cfg.pop("model_type")
     config = AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)
-    try:
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    except ValueError:
-        # multimodal wrappers with no causal-LM class (Kimi-K2.5's kimi_k25): the image-text model, whose text
-        # model holds the cache (it decodes from input_ids alone)
-        model = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype))
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        except ValueError:
+            # multimodal wrappers with no causal-LM class (Kimi-K2.5's kimi_k25): the image-text model, whose text
+            # model holds the cache (it decodes from input_ids alone)
+            model = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype))
     return model.eval()
 
 
@@ -97,13 +117,17 @@ def cache_kwarg(model: Any) -> str:
 
 def output_cache(out: Any) -> Any:
     """The cache a forward returned (``out.cache`` from 5.24, ``out.past_key_values`` before)."""
-    return out.cache if "cache" in out else out.past_key_values
+    for key in ("cache", "past_key_values"):
+        if key in out:
+            return out[key]
+    raise ValueError(f"the model's forward returns no cache ({type(out).__name__} has none)")
 
 
 def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, seed: int = 0,
-                   device: str = "cpu") -> CacheMeasurement:
+                   device: str = "cpu", model_makes_cache: bool = False) -> CacheMeasurement:
     """Prefill ``prompt_len`` tokens, decode one token at a time up to ``seq_len`` tokens in the cache,
     and measure the cache storage. ``seq_len`` must exceed ``prompt_len`` (measured after a decode step).
+    ``model_makes_cache``: pass no cache and keep the one the model's forward makes (whatever its class).
     """
     import torch
     from transformers import DynamicCache
@@ -113,7 +137,7 @@ def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, see
     gen = torch.Generator().manual_seed(seed)
     vocab = model.config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(device)
-    own = model.config.get_text_config().model_type in _OWN_CACHE_TYPES
+    own = model_makes_cache or model.config.get_text_config().model_type in _OWN_CACHE_TYPES
     cache = None if own else DynamicCache(config=model.config)  # None: the model creates its own
     key = cache_kwarg(model)
     with torch.no_grad():

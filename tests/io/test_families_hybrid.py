@@ -18,7 +18,7 @@ from kvplan.core.profiles.vllm import newest
 from kvplan.core.sizing import size_kv
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer, NoCacheLayer
 from kvplan.core.weights import count_params
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, UnmodeledError
 from kvplan.io.families import _MODULE_TYPES, family_module, hybrid
 from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.io.models import load_model
@@ -101,8 +101,11 @@ def test_nemotron_h_pattern_mamba2_attention_moe():
 def test_nemotron_h_bad_pattern_and_length_note():
     base = dict(model_type="nemotron_h", hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2)
-    with pytest.raises(ConfigError, match="only hold M"):
+    with pytest.raises(UnmodeledError, match="block kvplan does not model: 'X'") as info:
         spec(**base, hybrid_override_pattern="MX*")
+    assert info.value.config["hybrid_override_pattern"] == "MX*"  # kept for --engine hf to measure
+    with pytest.raises(UnmodeledError, match="'indexed_attention'"):
+        spec(**base, layers_block_type=["mamba", "indexed_attention", "mlp"])
     s = spec(**base, hybrid_override_pattern="M*-M")
     assert s.num_layers == 4 and any("the pattern wins" in n for n in s.notes)
     with pytest.raises(ConfigError, match="groups \\(3\\) must divide"):

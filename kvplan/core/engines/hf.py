@@ -36,7 +36,9 @@ Source: transformers v5.23 ``src/transformers/cache_utils.py``.
   Attention keeps its recurrent state in float32 (``models/kimi_linear/modeling_kimi_linear.py``
   casts ``last_recurrent_state.to(torch.float32)`` before ``update_recurrent_state``); Mamba-2
   (``models/nemotron_h``, ``granitemoehybrid``, ``falcon_h1``, ``bamba``) caches the scan's final
-  state, which the chunked scan returns in float32; Qwen3.5's gated delta net is Qwen3-Next's (float32).
+  state, which the chunked scan returns in float32; Qwen3.5's gated delta net is Qwen3-Next's (float32); Jamba's
+  Mamba-1 scan (``models/jamba/modeling_jamba.py``, the torch ``selective_scan``) builds ``deltaB_u`` in float32
+  and caches its final ``ssm_state`` through ``update_recurrent_state`` as it is: float32 (5.23 and 5.24 alike).
   MiniMax lightning attention keeps its K^T V matrix in the model dtype in ``MiniMaxCache.linear_cache``
   (``models/minimax/modeling_minimax.py``, a cache of its own, not ``DynamicCache``); LFM2's short
   convolutions keep only the conv state (``models/lfm2/modeling_lfm2.py``, ``Lfm2ShortConv``).
@@ -54,7 +56,7 @@ from kvplan.core.engines.base import Engine
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, ModelSpec
 
 # Mixers whose recurrent state transformers keeps in float32 whatever the model dtype (see above).
-_FP32_STATE_FAMILIES = frozenset({"gated_delta_net", "kda", "mamba2"})
+_FP32_STATE_FAMILIES = frozenset({"gated_delta_net", "kda", "mamba2", "mamba"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,9 @@ _MODULE_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+FAMILY_TYPES: frozenset[str] = frozenset(t for types in _MODULE_TYPES.values() for t in types)
+
+
 def family_module(model_type: str) -> ModuleType | None:
     """The family module that reads ``model_type``, or None for the generic reader."""
     for module, types in _MODULE_TYPES.items():

@@ -31,8 +31,8 @@ from typing import Any
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, MoEShape, NoCacheLayer
-from kvplan.errors import ConfigError, InputError
-from kvplan.io.hf_config import _Cfg, _linear_layer, _num_kv_heads
+from kvplan.errors import ConfigError, InputError, UnmodeledError
+from kvplan.io.hf_config import _MEASURE_HINT, _Cfg, _linear_layer, _num_kv_heads, _num_layers
 
 MODEL_TYPES: tuple[str, ...] = (
     "kimi_linear", "minimax", "minimax_text_01", "minimax_m1", "nemotron_h", "granitemoehybrid", "bamba",
@@ -156,7 +156,7 @@ def _kimi(cfg: _Cfg, num_layers: int, num_heads: int, notes: list[str]) -> list[
                             state_elems=heads * head_dim * head_dim, num_heads=heads,
                             state_shape=(heads, head_dim, head_dim))
     mla = MLALayer(num_heads=num_heads, kv_lora_rank=cfg.int("kv_lora_rank"),
-                   qk_rope_head_dim=cfg.int("qk_rope_head_dim"), qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+                   qk_rope_head_dim=cfg.int("qk_rope_head_dim", minimum=0), qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
                    v_head_dim=cfg.int("v_head_dim"))
     if cfg.has("num_key_value_heads"):
         notes.append(f"num_key_value_heads {cfg.get('num_key_value_heads')} ignored: the MLA layers cache the "
@@ -202,8 +202,13 @@ def _nemotron_types(cfg: _Cfg, num_layers: int, notes: list[str]) -> list[str]:
     for key in ("layers_block_type", "layer_types"):
         if cfg.has(key):
             kinds = cfg.get(key)
-            if not isinstance(kinds, list) or not all(isinstance(t, str) and t in _NEMOTRON_TYPES for t in kinds):
+            if not isinstance(kinds, list) or not all(isinstance(t, str) for t in kinds):
                 raise ConfigError(f"{cfg.origin}: {key} must list mamba/attention/mlp/moe per layer")
+            unknown = sorted({t for t in kinds if t not in _NEMOTRON_TYPES})
+            if unknown:
+                raise UnmodeledError(f"{cfg.origin}: {key} holds a block kvplan does not model: "
+                                     f"{', '.join(map(repr, unknown[:3]))} (it models {', '.join(_NEMOTRON_TYPES)})"
+                                     f"{_MEASURE_HINT}", config=cfg.data, model_type="nemotron_h")
             to_char = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
                        "moe": "E"}
             return [to_char[t] for t in kinds]
@@ -211,9 +216,13 @@ def _nemotron_types(cfg: _Cfg, num_layers: int, notes: list[str]) -> list[str]:
     if not pattern:
         raise ConfigError(f"{cfg.origin}: a nemotron_h config needs hybrid_override_pattern (M, *, -, E per layer) "
                           "or layers_block_type")
-    if len(pattern) > 4096 or any(c not in _NEMOTRON_PATTERN for c in pattern):
-        raise ConfigError(f"{cfg.origin}: hybrid_override_pattern may only hold M (Mamba-2), * (attention), "
-                          "- (MLP) and E (MoE)")
+    if len(pattern) > 4096:
+        raise ConfigError(f"{cfg.origin}: hybrid_override_pattern has {len(pattern):,} layers; at most 4096")
+    unknown = sorted({c for c in pattern if c not in _NEMOTRON_PATTERN})
+    if unknown:
+        raise UnmodeledError(f"{cfg.origin}: hybrid_override_pattern holds a block kvplan does not model: "
+                             f"{', '.join(map(repr, unknown[:3]))} (it models M Mamba-2, * attention, - MLP, E MoE)"
+                             f"{_MEASURE_HINT}", config=cfg.data, model_type="nemotron_h")
     if len(pattern) != num_layers:
         notes.append(f"hybrid_override_pattern has {len(pattern)} layers, num_hidden_layers says {num_layers}: "
                      "the pattern wins, as in transformers' NemotronHConfig")
@@ -323,7 +332,7 @@ _QWEN35_DEFAULTS = {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_he
 
 
 def layers(cfg: _Cfg, model_type: str, *, hidden: int, num_heads: int, notes: list[str]) -> list[Layer]:
-    num_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    num_layers = _num_layers(cfg)
     if model_type == "kimi_linear":
         return _kimi(cfg, num_layers, num_heads, notes)
     if model_type in _MINIMAX:

@@ -43,7 +43,7 @@ def _mla(cfg: Any, num_heads: int, notes: list[str], *, indexer: tuple[int, int]
         notes.append(f"num_key_value_heads {cfg.get('num_key_value_heads')} ignored: MLA caches the kv_lora_rank "
                      f"latent ({cfg.int('kv_lora_rank')} + {cfg.int('qk_rope_head_dim')} rope)")
     return MLALayer(num_heads=num_heads, kv_lora_rank=cfg.int("kv_lora_rank"),
-                    qk_rope_head_dim=cfg.int("qk_rope_head_dim"), qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+                    qk_rope_head_dim=cfg.int("qk_rope_head_dim", minimum=0), qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
                     v_head_dim=cfg.int("v_head_dim"), indexer_head_dim=indexer[0], indexer_heads=indexer[1])
 
 

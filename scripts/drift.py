@@ -63,8 +63,11 @@ def main(argv: list[str]) -> int:
     pip = [py, "-m", "pip", "install", "-q", "--upgrade"]
     subprocess.run([*pip, "pip"], check=True)
     subprocess.run([*pip, args.torch], check=True)
-    # No constraints: the newest each range in pyproject.toml allows.
-    subprocess.run([*pip, "--upgrade-strategy", "eager", "-e", f"{ROOT}[test]"], check=True)
+    # No constraints but torch's (eager upgrades would swap the CPU build for PyPI's CUDA one): the newest each
+    # range in pyproject.toml allows.
+    keep_torch = where / "torch-only.txt"
+    keep_torch.write_text(args.torch + "\n", encoding="utf-8")
+    subprocess.run([*pip, "--upgrade-strategy", "eager", "-c", str(keep_torch), "-e", f"{ROOT}[test]"], check=True)
     installed = read_pins(_run([py, "-m", "pip", "freeze", "--exclude-editable"]))
     pinned = read_pins((ROOT / "constraints.txt").read_text(encoding="utf-8"))
     diff = differences(pinned, installed)

@@ -120,7 +120,7 @@ def test_blackwell_captures_up_to_1024_from_0_28():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["fit", "llama3.1-8b", "--gpu", "H100", "--block-size", "7"], "vllm has no block size 7"),
+    (["fit", "llama3.1-8b", "--gpu", "H100", "--block-size", "7"], "does not start with --block-size 7 on CUDA"),
     (["fit", "llama3-8b", "--gpu", "L4", "--engine", "sglang", "--max-model-len", "-1"], "auto-fit) is vLLM's"),
     (["explain", "tests/fixtures/vllm_logs/v0_6_4_llama31_8b_rtx3090_20k.log", "--model", "llama3.1-8b", "-e",
       "vllm==0.12.0"], "V0 engine, which 0.11 removed"),

@@ -22,7 +22,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
-from kvplan.core.profiles.vllm import VLLMRules
+from kvplan.core.profiles.vllm import VLLMRules, check_block_size
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
@@ -379,6 +379,8 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
     rules: VLLMRules = profile.rules
     dtype = get_dtype(model_dtype if kv_dtype == "auto" else kv_dtype)
     check_layout_dtype(rules, dtype, profile.version)
+    if block_size is not None:
+        check_block_size(profile, block_size)
     size = resolve_block_size(rules, layers, block_size, attention_backend)
     layout = build_layout(layers, rules=rules, kv_dtype=dtype, model_dtype=model_dtype, block_size=size, tp=tp,
                           requested_block_size=block_size, hybrid=rules.hybrid_manager and not disable_hybrid,

@@ -40,9 +40,11 @@ def get_engine(name: str, *, block_size: int | None = None, profile: Any = None)
             raise InputError(f"block size must be between 1 and {MAX_BLOCK_SIZE} (got {block_size})")
         if name in ("ideal", "hf"):
             raise InputError(f"--block-size applies to paged engines (vllm, sglang, trtllm), not {name}")
-        if engine.block_sizes and block_size not in engine.block_sizes:
-            raise InputError(f"{name} has no block size {block_size}; use one of "
-                             f"{', '.join(map(str, engine.block_sizes))}")
+        if name == "vllm":  # which sizes start is a rule of the release (kvplan.core.profiles.vllm)
+            from kvplan.core.profiles import registry
+            from kvplan.core.profiles.vllm import check_block_size
+
+            check_block_size(profile if profile is not None else registry().newest("vllm"), block_size)
         engine = dataclasses.replace(engine, block_size=block_size)
     rules = getattr(profile, "rules", None)
     if name == "vllm" and rules is not None and not rules.hybrid_manager:

@@ -128,3 +128,30 @@ def test_the_fit_plan_refuses_what_the_release_refuses():
     assert plan.layout.min_block_size == 48
     with pytest.raises(InputError, match="has no --block-size 48"):
         plan_vllm(spec.layers, 1 << 30, 4096, old, model_dtype="bf16", in_flight_tokens=2048, block_size=48)
+
+
+# An MLA model on Hopper (vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config): FlashMLA's 64 replaces
+# any other --block-size (0.10.2 line 173: "block_size != 64"), then any non-multiple of 64 (0.11.1 line 207:
+# "block_size % 64 != 0"; sparse MLA still "!= 64", line 229); 0.18.0 drops the forcing and keeps the size given.
+@pytest.mark.parametrize("model,release,given,runs", [
+    ("deepseek-v3", "0.10.2", None, 64), ("deepseek-v3", "0.10.2", 16, 64), ("deepseek-v3", "0.10.2", 128, 64),
+    ("deepseek-v3", "0.11.1", 32, 64), ("deepseek-v3", "0.11.1", 128, 128), ("deepseek-v3", "0.17.1", 256, 256),
+    ("deepseek-v3.2", "0.17.1", 128, 64),
+    ("deepseek-v3", "0.33.0", None, 64), ("deepseek-v3", "0.33.0", 16, 16), ("deepseek-v3", "0.33.0", 48, 48),
+    ("deepseek-v3.2", "0.33.0", 128, 128),
+])
+def test_an_mla_models_block_size_follows_the_releases_flashmla_rule(model, release, given, runs):
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.io.models import load_model
+
+    spec, profile = load_model(model), parse_engine(f"vllm=={release}").profile
+    engine, note = engine_for(spec, "vllm", block_size=given, profile=profile)
+    assert engine.block_size == runs
+    assert (given is not None and given != runs) == (note is not None and f"replaces --block-size {given}" in note)
+    r = fit(FitRequest(spec=spec, gpu=GPUSpec(name="test-141", memory_bytes=141 << 30), tp=8, block_size=given,
+                       profile=profile, kv_cache_memory_bytes=1 << 34, weights_memory=100 << 30,
+                       activation_memory=1 << 30, non_torch_memory=1 << 29, cuda_graph_memory=0))
+    assert r.block_size == runs
+    assert any(f"replaces --block-size {given} with {runs}" in n for n in r.notes) == (given not in (None, runs))

@@ -86,6 +86,9 @@ class VLLMRules:
     capture: str  # which CUDA-graph batch sizes are captured: v0, v1_512, v1_2x_seqs, v1_2x_seqs_step16
     batch_defaults: str  # default max_num_batched_tokens / max_num_seqs table (batch_defaults below)
     mla_block_size: int  # the KV block size forced for MLA models
+    # What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default: "kept", "replaced" by
+    # mla_block_size whatever it is, or replaced "unless_multiple" of it (sparse MLA: replaced unless equal).
+    mla_given_block: str = "kept"
     block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
     estimate_capped: bool  # the max-model-len estimate searches only up to the configured max_model_len
     override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
@@ -179,10 +182,12 @@ def _profiles() -> tuple[EngineProfile, ...]:
        batch_defaults="v1_0.8.5",
        block_sizes=blocks(choices=(1, *_V0_BLOCKS), choices_source="0.8.5: vllm/config.py::CacheConfig.block_size"))
     at("0.9.0", ("MLA models use 64-token blocks (FlashMLA; 0.9.0: vllm/platforms/cuda.py)",
+                 "an MLA model's --block-size is replaced by 64: 'Forcing kv cache block size to 64 for FlashMLA "
+                 "backend' (0.9.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
                  "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
                  "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
                  "A100s no longer get the large batch defaults"),
-       mla_block_size=64, estimate_capped=True, batch_defaults="v1_0.9")
+       mla_block_size=64, mla_given_block="replaced", estimate_capped=True, batch_defaults="v1_0.9")
     at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
                  "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
                  "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "
@@ -202,10 +207,12 @@ def _profiles() -> tuple[EngineProfile, ...]:
                   "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)"),
        capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",))
     at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
+                  "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
+                  "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
                   "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
                   "no attention kernel block divides: 'No common block size for 8' "
                   "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)"),
-       capture="v1_2x_seqs_step16",
+       capture="v1_2x_seqs_step16", mla_given_block="unless_multiple",
        block_sizes=blocks(choices=(1, *_V0_BLOCKS, 256),
                            choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
                            cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
@@ -224,8 +231,10 @@ def _profiles() -> tuple[EngineProfile, ...]:
                   "the BlockSize literal is gone: --block-size takes any integer (0.18.0: vllm/config/cache.py::"
                   "CacheConfig.block_size); on CUDA any multiple of 16 (48, 80, 512) starts, others find 'No valid "
                   "attention backend' (0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
-                  "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size)"),
-       cuda_graphs="estimated_not_subtracted",
+                  "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size)",
+                  "an MLA model's --block-size is no longer replaced: it picks among the MLA backends that take it "
+                  "(0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)"),
+       cuda_graphs="estimated_not_subtracted", mla_given_block="kept",
        block_sizes=blocks(choices=(), choices_source="0.18.0: vllm/config/cache.py::CacheConfig.block_size",
                            cuda_source=("0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
                                         "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size")))
@@ -306,6 +315,20 @@ def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens
         cap = min(cap, max_num_batched_tokens)
         return [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)] if s <= cap]
     return [s for s in [1, 2, 4, *range(8, cap + 1, 8)] if s <= max_num_batched_tokens]
+
+
+def mla_block(rules: VLLMRules, given: int | None, *, sparse: bool) -> tuple[int, str | None]:
+    """The block size an MLA model runs with on Hopper, and a note when vLLM replaces the --block-size given
+    (vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config, 0.9.0 to 0.17.1)."""
+    forced = rules.mla_block_size
+    if given is None or given == forced or rules.mla_given_block == "kept":
+        return given or forced, None
+    if rules.mla_given_block == "unless_multiple" and not sparse and given % forced == 0:
+        return given, None
+    takes = f"{forced} only" if sparse or rules.mla_given_block == "replaced" else f"multiples of {forced}"
+    return forced, (f"vLLM replaces --block-size {given} with {forced} for MLA models on Hopper "
+                    f"(FlashMLA{' sparse' if sparse else ''} takes {takes}; vllm/platforms/cuda.py::"
+                    "CudaPlatformBase.check_and_update_config)")
 
 
 def check_block_size(profile: EngineProfile, block_size: int) -> None:

@@ -18,8 +18,8 @@ from kvplan.errors import InputError
 
 @dataclass(frozen=True, kw_only=True)
 class BlockSizeRule:
-    """The ``--block-size`` values a release starts with on CUDA (docs/engine-versions-research.md section 7b):
-    those its argument parser takes, less those its CUDA attention kernels refuse at startup."""
+    """The ``--block-size`` values a release starts with on CUDA: those its argument parser takes, less those its
+    CUDA attention kernels refuse at startup (docs/engine-versions-research.md, section 7, "Block sizes")."""
 
     choices: tuple[int, ...]  # what --block-size parses to; (): any positive integer
     choices_source: str  # "release: file::function" of the parser's rule

@@ -59,3 +59,6 @@ def engines(
         console.print(f"\n[bold]{p.label}[/]")
         for change in p.changes:
             console.print(f"  - {change}")
+        blocks = getattr(p.rules, "block_sizes", None)  # a rule every vLLM profile states, changed or not
+        if blocks is not None:
+            console.print(f"  block sizes on CUDA: {blocks.describe()}")

@@ -122,7 +122,8 @@ def size(
     from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
 
     choice = parse_engine(engine)
-    get_engine(choice.name, block_size=block_size)  # reject a bad engine or block size before loading anything
+    # reject a bad engine or block size (the release's rule) before loading anything
+    get_engine(choice.name, block_size=block_size, profile=choice.profile)
     if kv_cache_dtype != "auto":
         get_dtype(kv_cache_dtype)
     resolved = resolve_model(model, fetch=fetch, revision=revision)

@@ -84,6 +84,38 @@ def test_engines_lists_every_profile_with_its_changes():
     assert list(one) == ["sglang"]
 
 
+def test_engines_states_each_vllm_profiles_block_sizes():
+    profiles = run("engines", "vllm", "--json")["engines"]["vllm"]["profiles"]
+    rules = {p["version"]: p["rules"]["block_sizes"] for p in profiles}
+    assert rules["0.6.2"]["choices"] == [8, 16, 32] and rules["0.29.0"]["choices"] == []
+    assert rules["0.29.0"]["cuda_multiple_of"] == 16 and "supports_block_size" in rules["0.29.0"]["cuda_source"]
+    text = runner.invoke(app, ["engines", "vllm"]).stdout
+    assert text.count("block sizes on CUDA:") == len(profiles) and "any multiple of 16 (--block-size takes" in text
+
+
+def test_vllm_0_33_takes_any_multiple_of_16_and_sizes_with_it():
+    size = run("size", "llama3-8b", "--engine", "vllm==0.33.0", "--block-size", "48", "--seq-len", "100", "--json")
+    assert size["block_size"] == 48 and size["total_bytes"] == 144 * size["bytes_per_token"]  # 3 blocks of 48
+    fit = run("fit", "llama3-8b", "--gpu", "H100", "--engine", "vllm==0.33.0", "--block-size", "80", "--json")
+    assert fit["block_size"] == 80 and fit["page_size_bytes"] == 80 * size["bytes_per_token"]
+    assert run("size", "llama3-8b", "--engine", "vllm==0.33.0", "--block-size", "512", "--json")["block_size"] == 512
+    old = run("size", "llama3-8b", "--engine", "vllm==0.6.2", "--block-size", "8", "--seq-len", "100", "--json")
+    assert old["block_size"] == 8 and old["total_bytes"] == 104 * old["bytes_per_token"]
+
+
+@pytest.mark.parametrize("engine,block,message", [
+    ("vllm==0.33.0", "8", "does not start with --block-size 8 on CUDA: it needs a multiple of 16"),
+    ("vllm==0.33.0", "1", "use 16, 32, 48, 64 or another multiple of 16"),
+    ("vllm==0.17.1", "48", "has no --block-size 48: it takes 1, 8, 16, 32, 64, 128, 256"),
+    ("vllm==0.6.2", "64", "has no --block-size 64: it takes 8, 16, 32"),
+])
+@pytest.mark.parametrize("command", [["size", "llama3-8b"], ["fit", "llama3-8b", "--gpu", "H100"]])
+def test_a_block_size_the_release_refuses_is_one_line_and_exit_2(command, engine, block, message):
+    r = runner.invoke(app, [*command, "--engine", engine, "--block-size", block])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and r.stderr.count("\n") == 1
+
+
 def test_vllm_inputs_reach_fit_from_the_command_line():
     base = ["fit", "llama3-8b", "--gpu", "L4", "--json"]
     override = run(*base, "--num-gpu-blocks-override", "100", code=1)
@@ -131,7 +163,7 @@ def test_blackwell_captures_up_to_1024_from_0_28():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["fit", "llama3.1-8b", "--gpu", "H100", "--block-size", "7"], "vllm has no block size 7"),
+    (["fit", "llama3.1-8b", "--gpu", "H100", "--block-size", "7"], "does not start with --block-size 7 on CUDA"),
     (["fit", "llama3-8b", "--gpu", "L4", "--engine", "sglang", "--max-model-len", "-1"], "auto-fit) is vLLM's"),
     (["explain", "tests/fixtures/vllm_logs/v0_6_4_llama31_8b_rtx3090_20k.log", "--model", "llama3.1-8b", "-e",
       "vllm==0.12.0"], "V0 engine, which 0.11 removed"),

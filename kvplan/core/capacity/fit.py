@@ -27,7 +27,8 @@ def fit(req: FitRequest) -> FitResult:
     if req.engine not in FITTERS:
         raise InputError(f"fit knows the budgets of {', '.join(FITTERS)}; not {req.engine!r}")
     check_request(req)
-    get_engine(req.engine, block_size=req.block_size).check_kv_dtype(req.kv_dtype)  # the engine's block sizes
+    # the release's block sizes, the engine's KV dtypes
+    get_engine(req.engine, block_size=req.block_size, profile=req.engine_profile()).check_kv_dtype(req.kv_dtype)
     result = FITTERS[req.engine](req)
     model_max = req.spec.max_model_len
     if req.max_model_len and 0 < model_max < req.max_model_len:

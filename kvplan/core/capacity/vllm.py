@@ -37,8 +37,8 @@ from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, i
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
-from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, blackwell_class, capture_sizes
-from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind
+from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, blackwell_class, capture_sizes, mla_block
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, MLALayer
 from kvplan.errors import InputError
 
 
@@ -114,6 +114,9 @@ class VLLMBudget(EngineBudget):
                                                                   max_num_batched_tokens=mnbt,
                                                                   blackwell=blackwell_class(req.gpu)))
         notes = []
+        if req.block_size and block_size != req.block_size and req.attention_backend is None:  # MLA on Hopper
+            sparse = any(isinstance(x, MLALayer) and x.indexer_head_dim for x in req.spec.layers)
+            notes.append(mla_block(rules, req.block_size, sparse=sparse)[1])
         if req.kv_cache_memory_bytes is not None and not rules.kv_cache_memory_bytes:
             notes.append(f"vLLM {profile.version} has no --kv-cache-memory-bytes (from 0.10.2): the figure is used as "
                          "the KV memory to plan with")

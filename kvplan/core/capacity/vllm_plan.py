@@ -22,7 +22,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
-from kvplan.core.profiles.vllm import VLLMRules
+from kvplan.core.profiles.vllm import VLLMRules, check_block_size, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
@@ -52,7 +52,10 @@ def resolve_block_size(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...]
     MLA default or 16."""
     has_mla = any(isinstance(layer, MLALayer) for layer in layers)
     if attention_backend is None:
-        return block_size or (rules.mla_block_size if has_mla else DEFAULT_BLOCK_SIZE)
+        if has_mla:
+            sparse = any(isinstance(layer, MLALayer) and layer.indexer_head_dim for layer in layers)
+            return mla_block(rules, block_size, sparse=sparse)[0]
+        return block_size or DEFAULT_BLOCK_SIZE
     name = attention_backend.strip().upper().replace("-", "_")
     if name in ATTENTION_BACKENDS:
         return block_size or DEFAULT_BLOCK_SIZE
@@ -379,6 +382,8 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
     rules: VLLMRules = profile.rules
     dtype = get_dtype(model_dtype if kv_dtype == "auto" else kv_dtype)
     check_layout_dtype(rules, dtype, profile.version)
+    if block_size is not None:
+        check_block_size(profile, block_size)
     size = resolve_block_size(rules, layers, block_size, attention_backend)
     layout = build_layout(layers, rules=rules, kv_dtype=dtype, model_dtype=model_dtype, block_size=size, tp=tp,
                           requested_block_size=block_size, hybrid=rules.hybrid_manager and not disable_hybrid,

@@ -40,9 +40,11 @@ def get_engine(name: str, *, block_size: int | None = None, profile: Any = None)
             raise InputError(f"block size must be between 1 and {MAX_BLOCK_SIZE} (got {block_size})")
         if name in ("ideal", "hf"):
             raise InputError(f"--block-size applies to paged engines (vllm, sglang, trtllm), not {name}")
-        if engine.block_sizes and block_size not in engine.block_sizes:
-            raise InputError(f"{name} has no block size {block_size}; use one of "
-                             f"{', '.join(map(str, engine.block_sizes))}")
+        if name == "vllm":  # which sizes start is a rule of the release (kvplan.core.profiles.vllm)
+            from kvplan.core.profiles import registry
+            from kvplan.core.profiles.vllm import check_block_size
+
+            check_block_size(profile if profile is not None else registry().newest("vllm"), block_size)
         engine = dataclasses.replace(engine, block_size=block_size)
     rules = getattr(profile, "rules", None)
     if name == "vllm" and rules is not None and not rules.hybrid_manager:
@@ -59,15 +61,20 @@ def engine_for(spec: ModelSpec, name: str, *, block_size: int | None = None,
                profile: Any = None) -> tuple[Engine, str | None]:
     """The engine with the block size it would use for this model under ``profile`` (the engine's newest
     when None), and a note when that differs from the engine's usual default."""
-    if block_size is None and name.lower() == "vllm" and any(isinstance(x, MLALayer) for x in spec.layers):
+    if name.lower() == "vllm" and any(isinstance(x, MLALayer) for x in spec.layers):
+        from kvplan.core.profiles.vllm import mla_block
+
         if profile is None:
             from kvplan.core.profiles import registry
 
             profile = registry().newest("vllm")
-        mla_block = profile.rules.mla_block_size
-        if mla_block != engine_class("vllm").block_size:
-            return get_engine(name, block_size=mla_block, profile=profile), (
-                f"vLLM uses {mla_block}-token blocks for MLA models (FlashMLA); --block-size overrides")
+        sparse = any(isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers)
+        block, note = mla_block(profile.rules, block_size, sparse=sparse)
+        if block_size is None and block != engine_class("vllm").block_size:
+            note = f"vLLM uses {block}-token blocks for MLA models (FlashMLA)" + (
+                "; --block-size overrides" if profile.rules.mla_given_block == "kept" else "")
+        if note:
+            return get_engine(name, block_size=block, profile=profile), note
     if block_size is None and name.lower() == "sglang" and any(
             isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers):
         from kvplan.core.engines.sglang import NSA_PAGE_SIZE

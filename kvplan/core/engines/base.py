@@ -63,7 +63,6 @@ class Engine:
     linear_conv_keeps_full_kernel: bool = False  # conv state width: kernel (True) or kernel-1
     # What the engine accepts (empty: anything kvplan can size). kvplan's dtype names, after aliases.
     kv_cache_dtypes: tuple[str, ...] = ()
-    block_sizes: tuple[int, ...] = ()
     # Linear-layer families whose B/C groups are sharded with the heads, so that groups are replicated up
     # to tp when tp does not divide n_groups (vLLM, SGLang: ``extra_groups_for_head_shards``); () for none.
     replicated_group_families: tuple[str, ...] = ()

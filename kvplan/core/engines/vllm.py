@@ -91,13 +91,12 @@ class VLLMEngine(PagedEngine):
     name: str = "vllm"
     block_size: int = 16
     strict_tp: bool = True
-    # vllm/config/cache.py: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``; ``CacheDType``: auto,
-    # bfloat16, fp8, fp8_e4m3, fp8_e5m2 (plus backend formats kvplan sizes as fp8). fp16/fp32 caches
-    # come from ``auto`` with a model of that dtype. fp8_ds_mla (0.11.0+) and the per-token-head formats
-    # (0.20.0+) have their own page layouts; the release's profile says which it has (layout_kv_dtypes).
+    # vllm/config/cache.py ``CacheDType``: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2 (plus backend formats
+    # kvplan sizes as fp8). fp16/fp32 caches come from ``auto`` with a model of that dtype. fp8_ds_mla
+    # (0.11.0+) and the per-token-head formats (0.20.0+) have their own page layouts; the release's profile
+    # says which it has (layout_kv_dtypes), and which block sizes start (VLLMRules.block_sizes).
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla",
                                         "fp8_per_token_head", "int8_per_token_head")
-    block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
     replicated_group_families: tuple[str, ...] = ("mamba2",)
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:

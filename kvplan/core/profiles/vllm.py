@@ -13,6 +13,50 @@ from dataclasses import dataclass
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.profiles import EngineProfile, chain
 from kvplan.core.units import GiB
+from kvplan.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockSizeRule:
+    """The ``--block-size`` values a release starts with on CUDA: those its argument parser takes, less those its
+    CUDA attention kernels refuse at startup (docs/engine-versions-research.md, section 7, "Block sizes")."""
+
+    choices: tuple[int, ...]  # what --block-size parses to; (): any positive integer
+    choices_source: str  # "release: file::function" of the parser's rule
+    # The CUDA attention backends take a multiple of cuda_multiple_of, or one of cuda_also (V0: XFormers'
+    # paged-attention kernel), up to cuda_max (0: no cap).
+    cuda_multiple_of: int = 1
+    cuda_also: tuple[int, ...] = ()
+    cuda_max: int = 0
+    cuda_source: str = ""  # "release: file::function" of the CUDA rule
+
+    def on_cuda(self, block_size: int) -> bool:
+        return ((block_size % self.cuda_multiple_of == 0 or block_size in self.cuda_also)
+                and not (self.cuda_max and block_size > self.cuda_max))
+
+    def allows(self, block_size: int) -> bool:
+        parsed = block_size in self.choices if self.choices else block_size >= 1
+        return parsed and self.on_cuda(block_size)
+
+    def valid(self) -> tuple[int, ...]:
+        """The sizes that start on CUDA, or the first few when any multiple does."""
+        if self.choices:
+            return tuple(b for b in self.choices if self.on_cuda(b))
+        step = self.cuda_multiple_of
+        return tuple(sorted({*self.cuda_also, *(step * i for i in range(1, 5))}))
+
+    def describe(self) -> str:
+        """One line: the sizes that start on CUDA, then the parser's and CUDA's rules with their sources."""
+        sizes = ", ".join(map(str, self.valid())) if self.choices else f"any multiple of {self.cuda_multiple_of}"
+        parsed = ", ".join(map(str, self.choices)) if self.choices else "any positive integer"
+        cuda = f"a multiple of {self.cuda_multiple_of}" + "".join(f" or {b}" for b in self.cuda_also)
+        if self.cuda_max:
+            cuda += f", at most {self.cuda_max}"
+        return f"{sizes} (--block-size takes {parsed}, {self.choices_source}; CUDA needs {cuda}, {self.cuda_source})"
+
+    def suggestion(self) -> str:
+        sizes = ", ".join(map(str, self.valid()))
+        return f"use one of {sizes}" if self.choices else f"use {sizes} or another multiple of {self.cuda_multiple_of}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +86,10 @@ class VLLMRules:
     capture: str  # which CUDA-graph batch sizes are captured: v0, v1_512, v1_2x_seqs, v1_2x_seqs_step16
     batch_defaults: str  # default max_num_batched_tokens / max_num_seqs table (batch_defaults below)
     mla_block_size: int  # the KV block size forced for MLA models
+    # What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default: "kept", "replaced" by
+    # mla_block_size whatever it is, or replaced "unless_multiple" of it (sparse MLA: replaced unless equal).
+    mla_given_block: str = "kept"
+    block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
     estimate_capped: bool  # the max-model-len estimate searches only up to the configured max_model_len
     override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
     hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
@@ -60,7 +108,17 @@ _OLDEST = VLLMRules(
     null_block_in_fit=False, capacity_log="num_blocks", in_flight_admission=False, async_default=False,
     capture="v0", batch_defaults="v0", mla_block_size=16, estimate_capped=False, override_in_fit=False,
     hybrid_manager=False,
+    # V0 runs FlashAttention when the block is a multiple of 16, else XFormers, whose paged-attention kernel
+    # takes 8, 16 and 32 (csrc/attention/paged_attention_v1.cu).
+    block_sizes=BlockSizeRule(
+        choices=(8, 16, 32), choices_source="0.6.2: vllm/engine/arg_utils.py::EngineArgs.add_cli_args",
+        cuda_multiple_of=16, cuda_also=(8,), cuda_source="0.6.2: vllm/attention/selector.py::which_attn_to_use"),
 )
+
+
+_V0_BLOCKS = (8, 16, 32, 64, 128)
+_ARGS = "{}: vllm/engine/arg_utils.py::EngineArgs.add_cli_args"
+_V1_FLASH_ATTN = "0.8.0: vllm/v1/attention/backends/flash_attn.py::FlashAttentionBackend.get_kv_cache_shape"
 
 
 def _profiles() -> tuple[EngineProfile, ...]:
@@ -72,35 +130,64 @@ def _profiles() -> tuple[EngineProfile, ...]:
         rules = dataclasses.replace(rules, **changed)
         entries.append((version, rules, changes))
 
+    def blocks(**changed: object) -> BlockSizeRule:
+        return dataclasses.replace(rules.block_sizes, **changed)
+
     at("0.6.2", (
         "the V0 engine; KV = total x util - (free at start - free after the profile run) "
         "(0.6.3: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
         "CUDA graphs are captured after the KV cache is allocated, out of the 1 - utilization slack",
         "logs '# GPU blocks: N' only; max_num_seqs 256, max_num_batched_tokens max(max_model_len, 2048)",
+        "--block-size takes 8, 16 or 32 (0.6.2: vllm/engine/arg_utils.py::EngineArgs.add_cli_args, choices); "
+        "FlashAttention runs multiples of 16, XFormers 8 (vllm/attention/selector.py::which_attn_to_use)",
     ))
     at("0.6.4", ("the peak counts device-wide used memory, so other processes' memory is charged "
                  "(0.6.4: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
-                 "logs one 'Memory profiling results: ...' line"), budget="device_used")
+                 "logs one 'Memory profiling results: ...' line",
+                 "--block-size also takes 64 and 128 (0.6.4: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
+       budget="device_used", block_sizes=blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.4")))
     at("0.6.5", ("KV = total x util - (weights + activation peak increase + non-torch increase) "
                  "(0.6.5: vllm/worker/worker.py with vllm/utils.py::memory_profiling)",
                  "logs 'model weights take ...; non_torch_memory takes ...; PyTorch activation peak memory takes "
-                 "...'"), budget="components")
+                 "...'",
+                 "--block-size takes 8, 16 or 32 again (0.6.5: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
+       budget="components", block_sizes=blocks(choices=(8, 16, 32), choices_source=_ARGS.format("0.6.5")))
+    at("0.6.6", ("--block-size takes 8 to 128, but CUDA refuses more than 32: 'CUDA Paged Attention kernel only "
+                 "supports block sizes up to 32' (0.6.6: vllm/config.py::CacheConfig._verify_args)",),
+       block_sizes=blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.6"), cuda_max=32,
+                           cuda_source="0.6.6: vllm/config.py::CacheConfig._verify_args"))
+    at("0.7.0", ("the 32-token cap is gone: 64 and 128 run on FlashAttention "
+                 "(0.7.0: vllm/config.py::CacheConfig._verify_args; vllm/platforms/cuda.py::"
+                 "CudaPlatformBase.get_attn_backend_cls)",),
+       block_sizes=blocks(cuda_max=0,
+                           cuda_source="0.7.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls"))
     at("0.8.0", ("the V1 engine is the default (vllm/envs.py VLLM_USE_V1 '1'); its budget charges device-wide "
                  "used memory again (0.8.0: vllm/v1/worker/gpu_worker.py::Worker.determine_available_memory)",
                  "logs 'GPU KV cache size: num_blocks x block_size tokens' and 'Maximum concurrency'",
                  "captures batch sizes 1, 2, 4, 8..512 step 8 up to max_num_batched_tokens (vllm/config.py)",
                  "max_num_seqs 1024 on every GPU; max_num_batched_tokens 8192 on H100/H200, else 2048 "
-                 "(0.8.0: vllm/engine/arg_utils.py)"),
-       v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0")
+                 "(0.8.0: vllm/engine/arg_utils.py)",
+                 "block sizes must be multiples of 16 on CUDA: 8 is refused at startup, 'Block size must be a "
+                 "multiple of 16.' (0.8.0: vllm/v1/attention/backends/flash_attn.py::"
+                 "FlashAttentionBackend.get_kv_cache_shape)"),
+       v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0",
+       block_sizes=blocks(cuda_also=(), cuda_source=_V1_FLASH_ATTN))
     at("0.8.4", ("max_num_seqs 1024 on H100/H200 only, else 256 (0.8.4: vllm/engine/arg_utils.py)",),
        batch_defaults="v1_0.8.4")
     at("0.8.5", ("the large batch defaults go by device memory (>= 70 GiB), not the GPU's name "
-                 "(0.8.5: vllm/engine/arg_utils.py)",), batch_defaults="v1_0.8.5")
+                 "(0.8.5: vllm/engine/arg_utils.py)",
+                 "--block-size takes BlockSize = Literal[1, 8, 16, 32, 64, 128] "
+                 "(0.8.5: vllm/config.py::CacheConfig.block_size; arg_utils.py::get_kwargs makes it the choices); "
+                 "CUDA still needs a multiple of 16"),
+       batch_defaults="v1_0.8.5",
+       block_sizes=blocks(choices=(1, *_V0_BLOCKS), choices_source="0.8.5: vllm/config.py::CacheConfig.block_size"))
     at("0.9.0", ("MLA models use 64-token blocks (FlashMLA; 0.9.0: vllm/platforms/cuda.py)",
+                 "an MLA model's --block-size is replaced by 64: 'Forcing kv cache block size to 64 for FlashMLA "
+                 "backend' (0.9.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
                  "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
                  "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
                  "A100s no longer get the large batch defaults"),
-       mla_block_size=64, estimate_capped=True, batch_defaults="v1_0.9")
+       mla_block_size=64, mla_given_block="replaced", estimate_capped=True, batch_defaults="v1_0.9")
     at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
                  "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
                  "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "
@@ -119,8 +206,17 @@ def _profiles() -> tuple[EngineProfile, ...]:
                   "--kv-cache-dtype fp8_ds_mla: 656 B per token per sparse-MLA layer "
                   "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)"),
        capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",))
-    at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",),
-       capture="v1_2x_seqs_step16")
+    at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
+                  "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
+                  "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
+                  "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
+                  "no attention kernel block divides: 'No common block size for 8' "
+                  "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)"),
+       capture="v1_2x_seqs_step16", mla_given_block="unless_multiple",
+       block_sizes=blocks(choices=(1, *_V0_BLOCKS, 256),
+                           choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
+                           cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
+                                        "GPUModelRunner.select_common_block_size")))
     at("0.14.0", ("async scheduling on by default: two batches in flight "
                   "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
                   "max_model_len = -1 fits the longest context the KV memory holds "
@@ -131,8 +227,17 @@ def _profiles() -> tuple[EngineProfile, ...]:
        mamba_cache_modes=True)
     at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
                   "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
-                  "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",),
-       cuda_graphs="estimated_not_subtracted")
+                  "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",
+                  "the BlockSize literal is gone: --block-size takes any integer (0.18.0: vllm/config/cache.py::"
+                  "CacheConfig.block_size); on CUDA any multiple of 16 (48, 80, 512) starts, others find 'No valid "
+                  "attention backend' (0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
+                  "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size)",
+                  "an MLA model's --block-size is no longer replaced: it picks among the MLA backends that take it "
+                  "(0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)"),
+       cuda_graphs="estimated_not_subtracted", mla_given_block="kept",
+       block_sizes=blocks(choices=(), choices_source="0.18.0: vllm/config/cache.py::CacheConfig.block_size",
+                           cuda_source=("0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
+                                        "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size")))
     at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
                   "'default since v0.21.0')",
                   "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)",
@@ -212,6 +317,39 @@ def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens
     return [s for s in [1, 2, 4, *range(8, cap + 1, 8)] if s <= max_num_batched_tokens]
 
 
+def mla_block(rules: VLLMRules, given: int | None, *, sparse: bool) -> tuple[int, str | None]:
+    """The block size an MLA model runs with on Hopper, and a note when vLLM replaces the --block-size given
+    (vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config, 0.9.0 to 0.17.1)."""
+    forced = rules.mla_block_size
+    if given is None or given == forced or rules.mla_given_block == "kept":
+        return given or forced, None
+    if rules.mla_given_block == "unless_multiple" and not sparse and given % forced == 0:
+        return given, None
+    takes = f"{forced} only" if sparse or rules.mla_given_block == "replaced" else f"multiples of {forced}"
+    return forced, (f"vLLM replaces --block-size {given} with {forced} for MLA models on Hopper "
+                    f"(FlashMLA{' sparse' if sparse else ''} takes {takes}; vllm/platforms/cuda.py::"
+                    "CudaPlatformBase.check_and_update_config)")
+
+
+def check_block_size(profile: EngineProfile, block_size: int) -> None:
+    """Refuse a ``--block-size`` the profile's release does not start with on CUDA, naming the rule and the
+    sizes it takes."""
+    rule: BlockSizeRule = profile.rules.block_sizes
+    if rule.allows(block_size):
+        return
+    if rule.choices and block_size not in rule.choices:
+        why = (f"has no --block-size {block_size}: it takes {', '.join(map(str, rule.choices))} "
+               f"({rule.choices_source})")
+        if set(rule.valid()) != set(rule.choices):
+            why += f", and on CUDA {', '.join(map(str, rule.valid()))} ({rule.cuda_source})"
+    else:
+        need = f"a multiple of {rule.cuda_multiple_of}" + "".join(f" or {b}" for b in rule.cuda_also)
+        if rule.cuda_max:
+            need += f" no larger than {rule.cuda_max}"
+        why = f"does not start with --block-size {block_size} on CUDA: it needs {need} ({rule.cuda_source})"
+    raise InputError(f"{profile.label} {why}; {rule.suggestion()}")
+
+
 def newest() -> EngineProfile:
     return VLLM_PROFILES[-1]
 
@@ -221,9 +359,13 @@ def v0_variant(profile: EngineProfile) -> EngineProfile:
     did not support): V0's budget, graphs, log and defaults."""
     if not profile.rules.v1:
         return profile
+    # V0 falls back to XFormers for a block FlashAttention refuses (0.8.0: vllm/platforms/cuda.py::
+    # CudaPlatformBase.get_attn_backend_cls, "Cannot use FlashAttention-2 backend for block size not divisible by 16").
+    blocks = dataclasses.replace(profile.rules.block_sizes, cuda_also=(8,),
+                                 cuda_source="0.8.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls")
     rules = dataclasses.replace(profile.rules, v1=False, budget="components", cuda_graphs="after_kv",
                                 capacity_log="num_blocks", capture="v0", batch_defaults="v0", hybrid_manager=False,
-                                async_default=False, in_flight_admission=False)
+                                async_default=False, in_flight_admission=False, block_sizes=blocks)
     return dataclasses.replace(profile, rules=rules, display="vLLM (V0 engine)",
                                changes=(*profile.changes, "the V0 engine: V0's budget, CUDA graphs and log"))
 

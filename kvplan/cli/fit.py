@@ -206,7 +206,8 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
         table.add_row(f"[{_BAR_COLORS[key]}]{key.replace('_', ' ')}[/]", format_bytes(value),
                       f"{100 * value / r.gpu.memory_bytes:.1f}%", tag)
     print_table(console, table)
-    console.print(_bar(r, width=min(60, console.width - 2)))
+    if console.is_terminal:  # colour on a screen; in a file or a CI log the share column says the same
+        console.print(_bar(r, width=min(60, console.width - 2)))
     summary = summary_table()
     summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
     summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
@@ -257,6 +258,6 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead 
     for row in rows:
         table.add_row(row["name"], format_bytes(row["memory_bytes"]),
                       f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
-                      f"{row['bf16_dense_tflops']:g}" if row["bf16_dense_tflops"] else "-",
-                      f"{row['fp8_dense_tflops']:g}" if row["fp8_dense_tflops"] else "-")
+                      f"{row['bf16_dense_tflops']:,g}" if row["bf16_dense_tflops"] else "-",
+                      f"{row['fp8_dense_tflops']:,g}" if row["fp8_dense_tflops"] else "-")
     print_table(console, table)

@@ -217,7 +217,8 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     if r.logged_kv_cache_tokens and r.logged_kv_cache_tokens != r.kv_cache_tokens:
         summary.add_row("GPU KV cache size as logged", f"{r.logged_kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
-    summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit}")
+    # searched up to the configured length, for every engine (FitResult.max_model_len_fit); bare: a flag value
+    summary.add_row(f"longest max_model_len that fits (<= {r.max_model_len})", f"{r.max_model_len_fit}")
     print_table(console, summary)
     if r.logged_capacity_rule:
         console.print(f"[dim]the log's 'GPU KV cache size' in this release: {r.logged_capacity_rule}[/]")
@@ -231,7 +232,7 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     if alternatives:
         wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
                        no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
-                                                  "max_model_len that fits)")
+                                                  "max_model_len that fits, up to the one set)")
         for w in alternatives:
             if w.result is None:
                 wt.add_row(w.change, "error", w.error, "", "")

@@ -93,3 +93,18 @@ def test_gpus_catalog():
     assert need <= set(names)
     assert all(g["source"] and g["memory_bytes"] > 10 * GiB for g in names.values())
     assert 79 * GiB < names["H100-80GB"]["memory_bytes"] < 80 * GiB  # driver-reported, not the marketing 80 GB
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_max_model_len_fit_has_one_meaning_across_engines(engine):
+    """The longest max_model_len that fits is searched up to the configured one on every engine (vLLM's own
+    estimate is): a short context that fits shows itself, not the model's 131,072 positions."""
+    def run(*extra: str) -> dict:
+        r = runner.invoke(app, ["fit", "llama3.1-8b", "--gpu", "H100", "--engine", engine, *extra, "--json"])
+        assert r.exit_code in (0, 1), r.output
+        return json.loads(r.stdout)
+
+    short = run("--max-model-len", "4096")
+    assert short["fits"] and short["max_model_len_fit"] == 4096
+    tight = run("--gpu-memory", "20GiB", "--max-model-len", "131072")  # 15 GiB of weights: a few GiB of KV
+    assert not tight["fits"] and 0 < tight["max_model_len_fit"] < 131072

@@ -116,7 +116,7 @@ def test_counts_carry_separators_and_flags_stay_bare():
     out = " ".join(_text(["fit", "llama3.1-8b", "--gpu", "H100"]).split())
     assert f"KV cache tokens {fit['kv_cache_tokens']:,}" in out
     assert f"max_model_len {fit['max_model_len']}" in out  # the settings line: as typed
-    assert re.search(rf"longest max_model_len that fits[^0-9]*{fit['max_model_len_fit']}(\s|$)", out)
+    assert f"longest max_model_len that fits (<= {fit['max_model_len']}) {fit['max_model_len_fit']}" in out
 
 
 def test_size_figures_appear_whole():

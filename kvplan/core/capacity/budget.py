@@ -80,7 +80,7 @@ class Capacity:
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
-    max_model_len_fit: int
+    max_model_len_fit: int  # up to max_model_len (FitResult.max_model_len_fit)
     reasons: tuple[str, ...] = ()  # why it does not fit, before the concurrency check
     check_concurrency: bool = True  # False: requests are not bounded by the KV pool
     unused: int | None = None  # None: what the components and the KV memory leave of the GPU

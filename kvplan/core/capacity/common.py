@@ -90,7 +90,10 @@ class FitResult:
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
-    max_model_len_fit: int  # the longest max_model_len one request can have (0: none)
+    # The longest max_model_len, up to the configured one, with which one request fits the KV cache (0: none).
+    # Every engine alike: vLLM's own estimate (kv_cache_utils.py::estimate_max_model_len) searches up to
+    # max_model_len, so a deployment that fits shows its max_model_len, one that does not the length to set.
+    max_model_len_fit: int
     fits: bool
     reasons: tuple[str, ...]
     estimated: tuple[str, ...]  # breakdown components that are estimates, not given

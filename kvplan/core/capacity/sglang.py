@@ -133,7 +133,6 @@ class SGLangBudget(EngineBudget):
                           or (isinstance(x, LinearLayer) and x.holds_tokens) for x in pooled)
         window = max(windows) if windows else 0
         swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
-        upper = max(spec.max_model_len, max_len)
 
         def request_fits(length: int) -> bool:
             return (not full_layers or full_tokens >= length) and (not windows or swa_pool >= min(length, window))
@@ -146,7 +145,7 @@ class SGLangBudget(EngineBudget):
         if mamba_slots is not None:
             limits.append(float(mamba_slots))
         concurrency = min(limits) if limits and rest > 0 else 0.0
-        lo, hi = 0, upper  # the longest context one request can have
+        lo, hi = 0, max_len  # the longest context one request can have, up to max_model_len (FitResult)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)

@@ -53,7 +53,7 @@ class TRTLLMBudget(EngineBudget):
 
         need = per_request(max_len)
         concurrency = max(0, kv) / need if need else 0.0
-        lo, hi = 0, max(spec.max_model_len, max_len)
+        lo, hi = 0, max_len  # the longest context one request can have, up to max_model_len (FitResult)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if per_request(mid) <= kv else (lo, mid - 1)

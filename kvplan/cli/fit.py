@@ -47,6 +47,9 @@ def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, 
                  "max_model_len_fit": w.result.max_model_len_fit} if w.result else {})}
             for w in alternatives
         ],
+        # added key: the engine's own longest max_model_len (null: the config gives none)
+        "context_limit": (r.context_limit.as_dict(exceeded=r.context_exceeded, allowed=r.context_override)
+                          if r.context_limit is not None else None),
     }
 
 
@@ -81,8 +84,16 @@ def fit_cmd(
              "(default: the release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
                                                 help="Context per request (default: the model's "
-                                                     "max_position_embeddings); -1: the longest that fits "
+                                                     "max_position_embeddings, or the engine's own length where "
+                                                     "it derives a shorter one); past the model's, see "
+                                                     "--allow-long-max-model-len; -1: the longest that fits "
                                                      "(vLLM's auto-fit, from 0.14; vLLM only)."),
+    allow_long: bool = typer.Option(False, "--allow-long-max-model-len",
+                                    help="The engine's variable for a max_model_len longer than the model's will "
+                                         "be set where it runs: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang's "
+                                         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, TensorRT-LLM's "
+                                         "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (default: not set; vLLM and SGLang "
+                                         "refuse to start, TensorRT-LLM lowers it to the model's)."),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
     pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
@@ -177,7 +188,7 @@ def fit_cmd(
         enforce_eager=enforce_eager, concurrency=concurrency, gpu_memory_per_rank=per_rank,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit,
+        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long,
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()

@@ -88,6 +88,10 @@ class Budget(BaseModel):
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))
     max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
         "Longest request in tokens (default: the model's max_position_embeddings)."))
+    allow_long_max_model_len: bool = Field(False, description=(
+        "The engine's variable for a max_model_len longer than the model's is set where it runs "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, "
+        "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1); default false: vLLM and SGLang refuse to start, as `kvplan fit` says."))
     batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
         "Tokens per sequence for max_kv_bytes (default max_model_len)."))
@@ -222,7 +226,8 @@ def measure(budget: Budget, origin: Path) -> Measured:
             # too long), not the min_max_concurrency verdict, which is judged here with the other limits.
             req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp,
                              kv_dtype=budget.kv_cache_dtype,
-                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len)
+                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
+                             allow_long_max_model_len=budget.allow_long_max_model_len)
             f = fit(req)
             per_request = size_kv(spec, engine_for(spec, choice.name, profile=choice.profile)[0], batch=budget.batch,
                                   seq_len=f.max_model_len,

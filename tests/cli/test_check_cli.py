@@ -354,3 +354,16 @@ def test_failing_simulation_limits_state_their_own_numbers(tmp_path):
     states, done = rows["min_token_states_frac"], rows["min_completed"]
     assert states["reason"].startswith(f"token states {100 * states['value']:.1f}% < 100.0%: ")
     assert done["reason"].startswith(f"{done['value']:,.0f} completed < 1,000: ")
+
+
+def test_a_context_past_the_models_fails_max_model_len_must_fit_unless_allowed(tmp_path):
+    budget = ("budgets:\n  - name: long\n    model: llama3.1-8b\n    gpu: H100-80GB\n    max_model_len: 200000\n{}"
+              "    require: {{max_model_len_must_fit: true, min_kv_cache_tokens: 1}}\n")
+    r = check(write(tmp_path, budget.format("")), "--json")
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    must = rows["max_model_len_must_fit"]
+    assert not must["passed"] and must["reason"].startswith("max_model_len 200000 does not fit: vLLM does not start")
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in must["reason"] and rows["min_kv_cache_tokens"]["passed"]
+    r = check(write(tmp_path, budget.format("    allow_long_max_model_len: true\n")), "--json")
+    assert r.exit_code == 0, r.output

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kvplan.core.capacity import estimates
+from kvplan.core.capacity import context, estimates
 from kvplan.core.capacity.common import (
     Breakdown,
     FitRequest,
@@ -31,6 +31,7 @@ from kvplan.core.capacity.common import (
     model_weights,
     resolve_kv_dtype,
 )
+from kvplan.core.capacity.context import ContextLimit
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import Layer
 from kvplan.errors import ConfigError
@@ -100,6 +101,10 @@ class EngineBudget:
     def default_utilization(self, req: FitRequest, profile: Any) -> float:
         raise NotImplementedError
 
+    def context_limit(self, req: FitRequest) -> ContextLimit | None:
+        """The longest max_model_len the engine starts with for this model (kvplan.core.capacity.context)."""
+        return None
+
     def prepare(self, req: FitRequest, profile: Any, utilization: float, max_model_len: int) -> tuple[Any, list[str]]:
         """The engine's settings for this request, and notes about them."""
         return None, []
@@ -134,14 +139,19 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
     spec, gpu = req.spec, req.gpu
     profile = req.engine_profile()
     util = req.gpu_memory_utilization or budget.default_utilization(req, profile)
-    max_len = req.max_model_len or spec.max_model_len
-    if max_len <= 0:
+    if not (req.max_model_len or spec.max_model_len):
         raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
+    limit = budget.context_limit(req)
+    started = context.decide(limit, asked=req.max_model_len, default=spec.max_model_len,
+                             allow=req.allow_long_max_model_len, model_positions=spec.max_model_len)
+    max_len = started.max_model_len
     settings, setup_notes = budget.prepare(req, profile, util, max_len)
     setup = Setup(profile=profile, utilization=util, max_model_len=max_len, engine=settings,
                   notes=tuple(setup_notes))
     weights, notes = model_weights(req)
     notes.extend(setup.notes)
+    if started.note:
+        notes.append(started.note)
     estimated: set[str] = set()
     ranges = pp_stages(spec.num_layers, req.pp)
     memory = budget.stage_memory(req, setup)
@@ -172,7 +182,7 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         stages.append(Stage(index=s, layers=layers, memory_bytes=memory[s], components=c, kv_bytes=kv))
 
     cap = budget.capacity(req, setup, stages)
-    reasons = list(cap.reasons)
+    reasons = ([started.reason] if started.reason else []) + list(cap.reasons)  # not starting comes first
     concurrency = cap.max_concurrency
     if cap.check_concurrency and req.concurrency and concurrency < req.concurrency and not reasons:
         reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency))
@@ -192,4 +202,5 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         estimated=tuple(sorted(estimated)), settings=cap.settings, notes=(*notes, *cap.notes),
         params=weights.params if weights else 0, engine_version=profile.version, usable_blocks=cap.usable_blocks,
         logged_kv_cache_tokens=cap.logged_kv_cache_tokens, logged_capacity_rule=cap.logged_capacity_rule,
+        context_limit=limit, context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len,
     )

@@ -51,6 +51,9 @@ class FitRequest:
     # block size of MLA models; None: the release's default (FlashMLA's 64 from 0.9.0).
     attention_backend: str | None = None
     auto_fit_max_model_len: bool = False  # vLLM max_model_len = -1: the longest that fits (from 0.14.0)
+    # The engine's variable for a max_model_len longer than the model's will be set where it runs
+    # (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...: kvplan.core.capacity.context).
+    allow_long_max_model_len: bool = False
 
     def engine_profile(self) -> Any:
         from kvplan.core.profiles import registry
@@ -106,6 +109,11 @@ class FitResult:
     logged_capacity_rule: str = ""  # how that figure is computed in this release
     borderline: bool = False  # the verdict's margin is within the estimates' error
     borderline_why: str = ""
+    # The engine's own longest max_model_len for this model (kvplan.core.capacity.context.ContextLimit; None:
+    # the config gives no length), whether the one asked for is longer, and whether the engine's override is set.
+    context_limit: Any = None
+    context_exceeded: bool = False
+    context_override: bool = False
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:

@@ -28,14 +28,7 @@ def fit(req: FitRequest) -> FitResult:
         raise InputError(f"fit knows the budgets of {', '.join(FITTERS)}; not {req.engine!r}")
     check_request(req)
     get_engine(req.engine, block_size=req.block_size).check_kv_dtype(req.kv_dtype)  # the engine's block sizes
-    result = FITTERS[req.engine](req)
-    model_max = req.spec.max_model_len
-    if req.max_model_len and 0 < model_max < req.max_model_len:
-        # vLLM refuses this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (vllm/config/model.py, _get_and_verify_max_len)
-        result = dataclasses.replace(result, notes=(*result.notes, (
-            f"max_model_len {req.max_model_len:,} exceeds the model's {model_max:,} positions: engines refuse it "
-            "unless told otherwise (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), and quality past it is not assured")))
-    return result
+    return FITTERS[req.engine](req)  # a max_model_len past the model's: the engine's rule (capacity.context)
 
 
 def with_borderline(req: FitRequest, result: FitResult) -> FitResult:
@@ -90,9 +83,24 @@ def _with_tp(req: FitRequest, tp: int) -> FitRequest:
     return dataclasses.replace(req, **changes)
 
 
+def _refused_length(req: FitRequest, base: FitResult) -> int:
+    """The engine's own longest max_model_len when it refuses to start with the one asked for, else 0."""
+    limit = base.context_limit
+    if base.context_exceeded and limit is not None and limit.max_model_len and not limit.clamps \
+            and not req.allow_long_max_model_len:
+        return int(limit.max_model_len)
+    return 0
+
+
 def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
     """Alternatives a user can try, each fitted with the same rules."""
     options: list[tuple[str, FitRequest]] = []
+    refused = _refused_length(req, base)
+    if refused:  # the engine does not start: only the length (or its override) changes that
+        shorter = min(refused, base.max_model_len_fit) if base.max_model_len_fit else refused
+        options.append((f"--max-model-len {shorter}", dataclasses.replace(req, max_model_len=shorter)))
+        options.append(("--allow-long-max-model-len", dataclasses.replace(req, allow_long_max_model_len=True)))
+        return _fitted(options)
     if base.kv_dtype not in ("fp8_e4m3", "fp8_e5m2", "int4", "nvfp4"):
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
@@ -112,6 +120,10 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
                         dataclasses.replace(req, gpu_memory_utilization=HIGH_UTILIZATION)))
     if req.weights_memory is None and req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
         options.append(("--weight-dtype fp8 (an FP8 checkpoint)", dataclasses.replace(req, weight_dtype="fp8")))
+    return _fitted(options)
+
+
+def _fitted(options: list[tuple[str, FitRequest]]) -> list[WhatIf]:
     out = []
     for label, alt in options:
         try:

@@ -13,7 +13,7 @@ from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetc
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
-    from kvplan.core.capacity.fit import WhatIf
+    from kvplan.core.capacity.fit import FewestGPUs, WhatIf
 
 console = make_console()
 _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
@@ -26,7 +26,18 @@ def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
     return None if value is None else parse_size(value, what=flag)
 
 
-def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, Any]:
+def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
+    if few is None:
+        return None
+    r = few.result
+    return {"change": few.change or None, "tensor_parallel_size": few.tp or None,
+            "pipeline_parallel_size": few.pp or None, "num_gpus": few.tp * few.pp or None, "fits": r is not None,
+            "kv_cache_memory_bytes": r.kv_cache_memory_bytes if r else None,
+            "max_concurrency": round(r.max_concurrency, 4) if r else None,
+            "max_model_len_fit": r.max_model_len_fit if r else None, "searched_up_to_gpus": few.searched_up_to}
+
+
+def fit_json(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> dict[str, Any]:
     return {
         "model": model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
         "engine_version": r.engine_version,
@@ -47,9 +58,11 @@ def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, 
                  "max_model_len_fit": w.result.max_model_len_fit} if w.result else {})}
             for w in alternatives
         ],
-        # added key: the engine's own longest max_model_len (null: the config gives none)
+        # added keys: the engine's own longest max_model_len (null: the config gives none), and the fewest
+        # GPUs that fit when neither the deployment nor any single change does (null otherwise)
         "context_limit": (r.context_limit.as_dict(exceeded=r.context_exceeded, allowed=r.context_override)
                           if r.context_limit is not None else None),
+        "fewest_gpus": _fewest_json(fewest),
     }
 
 
@@ -153,7 +166,7 @@ def fit_cmd(
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     from kvplan.core.capacity.common import FitRequest
-    from kvplan.core.capacity.fit import FITTERS, fit, what_if, with_borderline
+    from kvplan.core.capacity.fit import FITTERS, fewest_gpus, fit, what_if, with_borderline
     from kvplan.core.profiles import parse_engine
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import resolve_model
@@ -194,15 +207,16 @@ def fit_cmd(
     head = (choice.note,) if choice.note else ()
     result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
     alternatives = what_if(req, result) if not result.fits else []
+    fewest = fewest_gpus(req, result, alternatives)
     if as_json:
-        print_json({**fit_json(spec.name, result, alternatives), "fetched": fetched_json(resolved.hub)})
+        print_json({**fit_json(spec.name, result, alternatives, fewest), "fetched": fetched_json(resolved.hub)})
     else:
-        _render(spec.name, result, alternatives)
+        _render(spec.name, result, alternatives, fewest)
     if not result.fits:
         raise typer.Exit(1)
 
 
-def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
+def _render(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> None:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
                   f"engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
@@ -240,6 +254,9 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
         return
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
+    if fewest is not None:
+        _render_fewest(r, alternatives, fewest)
+        return
     if alternatives:
         wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
                        no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
@@ -252,6 +269,23 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
                            format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
                            f"{w.result.max_model_len_fit}")
         print_table(console, wt)
+
+
+def _render_fewest(r: FitResult, alternatives: list[WhatIf], few: FewestGPUs) -> None:
+    """Nothing fits on these GPUs: the single changes tried, in one line, then the fewest GPUs that fit."""
+    tried = ", ".join(w.change for w in alternatives)
+    if tried:
+        console.print(f"none of these fits on {r.tp * r.pp} x {r.gpu.name}: {tried}")
+    if few.result is None:
+        console.print(f"[bold red]no tp x pp up to {few.searched_up_to} GPUs fits[/] with these settings (tp up to "
+                      f"{few.max_tp}, pipeline stages across nodes)")
+        return
+    f = few.result
+    table = new_table("change", "GPUs", "KV/GPU", "conc.", "max len", numeric=("GPUs", "KV/GPU", "conc.", "max len"),
+                      no_wrap=("change",), title="The fewest GPUs that fit")
+    table.add_row(few.change, f"{few.tp * few.pp}", format_bytes(f.kv_cache_memory_bytes),
+                  f"{f.max_concurrency:.2f}x", f"{f.max_model_len_fit}")
+    print_table(console, table)
 
 
 @app.command()

@@ -129,6 +129,7 @@ def test_a_context_past_the_models_does_not_start_unless_the_variable_is_set(eng
                                     "when_exceeded": "refuses to start", "exceeded": True, "override_set": False}
     changes = {w["change"]: w for w in out["what_if"]}
     assert changes["--max-model-len 131072"]["fits"] and changes["--allow-long-max-model-len"]["fits"]
+    assert out["fewest_gpus"] is None  # more GPUs do not start it either
     code, out = _fit(*args, "--allow-long-max-model-len")
     assert code == 0 and out["fits"] and out["max_model_len"] == 200000 and out["context_limit"]["override_set"]
     assert any(variable in note for note in out["notes"])
@@ -159,3 +160,23 @@ def test_an_engine_limit_from_the_rope_factor(tmp_path):
     code, out = _fit(str(config), "--gpu", "L4", "--engine", "vllm", "--max-model-len", "16384")
     assert code == 0 and out["context_limit"]["max_model_len"] is None
     assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in note for note in out["notes"])
+
+
+def test_the_fewest_gpus_when_nothing_fits():
+    # issue 19: llama3.1-405b on one H100 printed six what-if rows of "no, 0 B"
+    code, out = _fit("llama3.1-405b", "--gpu", "H100-80GB")
+    assert code == 1 and not any(w["fits"] for w in out["what_if"])
+    few = out["fewest_gpus"]
+    assert few["fits"] and few["num_gpus"] == few["tensor_parallel_size"] * few["pipeline_parallel_size"] > 8
+    assert few["change"] == f"-tp {few['tensor_parallel_size']} -pp {few['pipeline_parallel_size']}"
+    code, there = _fit("llama3.1-405b", "--gpu", "H100-80GB", "-tp", str(few["tensor_parallel_size"]),
+                       "-pp", str(few["pipeline_parallel_size"]))
+    assert code == 0 and there["kv_cache_memory_bytes"] == few["kv_cache_memory_bytes"]
+    for tp in (1, 2, 4, 8):  # no smaller count fits, at any tensor-parallel size the engine allows
+        for pp in range(1, (few["num_gpus"] - 1) // tp + 1):
+            code, smaller = _fit("llama3.1-405b", "--gpu", "H100-80GB", "-tp", str(tp), "-pp", str(pp))
+            assert code == 1, (tp, pp)
+    text = runner.invoke(app, ["fit", "llama3.1-405b", "--gpu", "H100-80GB"]).stdout
+    assert "What would make it fit" not in text and "The fewest GPUs that fit" in text and few["change"] in text
+    code, out = _fit("llama3-70b", "--gpu", "L40S")
+    assert code == 1 and out["fewest_gpus"] is None  # a single change fits: the what-if table stays

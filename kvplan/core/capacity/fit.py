@@ -18,6 +18,8 @@ FITTERS = {"vllm": fit_vllm, "sglang": fit_sglang, "trtllm": fit_trtllm}
 # what_if proposes tensor parallelism within one node: 8 GPUs on NVLink (HGX/DGX H100, H200, B200 boards);
 # beyond that tp crosses nodes, which is a different deployment, not a flag to try.
 MAX_TP_IN_NODE = 8
+# fewest_gpus searches deployments up to 8 such nodes: pipeline stages span nodes, tensor parallelism stays in one.
+MAX_GPUS = 8 * MAX_TP_IN_NODE
 # The utilization what_if proposes: kvplan's choice, not an engine default; above it the engines warn or
 # fail on fragmentation and on other processes' memory (vLLM's own docs suggest raising toward 0.95).
 HIGH_UTILIZATION = 0.95
@@ -131,6 +133,51 @@ def _fitted(options: list[tuple[str, FitRequest]]) -> list[WhatIf]:
         except KvplanError as exc:
             out.append(WhatIf(change=label, result=None, error=str(exc)))
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FewestGPUs:
+    """The smallest tp x pp deployment that fits with the same settings (None: none up to ``searched_up_to``)."""
+
+    tp: int = 0
+    pp: int = 0
+    result: FitResult | None = None
+    searched_up_to: int = MAX_GPUS
+    max_tp: int = MAX_TP_IN_NODE
+
+    @property
+    def change(self) -> str:
+        return f"-tp {self.tp} -pp {self.pp}" if self.result else ""  # kvplan's (and vLLM's) short flags
+
+
+def fewest_gpus(req: FitRequest, base: FitResult, alternatives: list[WhatIf]) -> FewestGPUs | None:
+    """When neither the deployment nor any single change fits: the fewest GPUs that do, as tp x pp.
+
+    Counts grow one GPU at a time from the given tp x pp; at each count the largest tensor-parallel size
+    first (up to MAX_TP_IN_NODE), as the engines split heads (``_tp_allowed``: tp divides the attention heads,
+    and divides the KV heads or is a multiple of them), with pipeline stages over the layers (pp <= layers).
+    Measured per-GPU weights are rescaled with the GPU count, a measured KV memory and per-rank memories are
+    dropped. None when something already fits, or when the engine refuses the length (more GPUs do not help)."""
+    if base.fits or _refused_length(req, base) or any(w.result is not None and w.result.fits for w in alternatives):
+        return None
+    start = req.tp * req.pp
+    for n in range(start + 1, MAX_GPUS + 1):
+        if base.breakdown.weights * start > n * req.gpu.memory_bytes:
+            continue  # the weights alone, split evenly (what is replicated only adds), overfill every GPU
+        for tp in sorted((t for t in range(1, MAX_TP_IN_NODE + 1) if n % t == 0), reverse=True):
+            pp = n // tp
+            if pp > req.spec.num_layers or not _tp_allowed(req, tp):
+                continue
+            changes: dict = {"tp": tp, "pp": pp, "gpu_memory_per_rank": None, "kv_cache_memory_bytes": None}
+            if req.weights_memory is not None:
+                changes["weights_memory"] = req.weights_memory * start // n
+            try:
+                result = fit(dataclasses.replace(req, **changes))
+            except KvplanError:
+                continue
+            if result.fits:
+                return FewestGPUs(tp=tp, pp=pp, result=result)
+    return FewestGPUs()
 
 
 def _graphs_in_budget(req: FitRequest) -> bool:

@@ -212,12 +212,14 @@ def measure(budget: Budget, origin: Path) -> Measured:
             out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,
                        max_kv_bytes_per_gpu=r.per_gpu_bytes)
             halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
-            why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > {_bytes(asked.get('max_kv_bytes_per_token'))}: "
-                                             f"{spec.name} stores {r.kv_dtype} KV{halves}")
+            why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > "
+                                             f"{_bytes(asked.get('max_kv_bytes_per_token'))}: {spec.name} stores "
+                                             f"{r.kv_dtype} KV{halves}")
             why["max_kv_bytes"] = (f"{_bytes(r.total_bytes)} > {_bytes(asked.get('max_kv_bytes'))}: {budget.batch:,} x "
                                    f"{seq_len:,} tokens at {_bytes(r.bytes_per_token)} per token ({r.kv_dtype}) with "
                                    f"{budget.engine}'s allocation{halves}")
-            why["max_kv_bytes_per_gpu"] = (f"{_bytes(r.per_gpu_bytes)} on one GPU > {_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
+            why["max_kv_bytes_per_gpu"] = (f"{_bytes(r.per_gpu_bytes)} on one GPU > "
+                                           f"{_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
                                            f"{budget.batch:,} x {seq_len:,} tokens take {_bytes(r.total_bytes)} over "
                                            f"{r.num_gpus} GPU(s); more tensor_parallel_size lowers it")
         if asked.keys() & set(FIT_LIMITS):
@@ -279,7 +281,8 @@ def measure(budget: Budget, origin: Path) -> Measured:
         outcome = (f"{sim.completed:,} completed, {sim.rejected:,} rejected" + (f" ({rejected})" if rejected else "")
                    + f", {sim.preemptions:,} preemptions")
         why["min_token_states_frac"] = (
-            f"token states {100 * sim.token_states_frac:.1f}% < {100 * (asked.get('min_token_states_frac') or 0):.1f}%: "
+            f"token states {100 * sim.token_states_frac:.1f}% < "
+            f"{100 * (asked.get('min_token_states_frac') or 0):.1f}%: "
             f"{sim.allocator}: reserved {100 * sim.reserved_frac:.1f}%, "
             f"internal fragmentation {100 * sim.internal_frag_frac:.1f}%, external {100 * sim.external_frag_frac:.1f}%, "
             f"free {100 * sim.free_frac:.1f}% of the KV pool")

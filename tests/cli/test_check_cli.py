@@ -325,7 +325,8 @@ def test_each_failing_limit_states_its_own_value_and_bound(tmp_path):
     path = write(tmp_path, "budgets:\n  - name: b\n    model: deepseek-v3\n    gpu: H200\n    tensor_parallel_size: 8\n"
                            "    max_model_len: 131072\n    require:\n      min_kv_cache_tokens: 5000000\n"
                            "      min_max_concurrency: 100\n      min_headroom_frac: 0.9\n"
-                           "      max_kv_bytes_per_token: 1KiB\n      max_kv_bytes: 1KiB\n      max_kv_bytes_per_gpu: 1KiB\n")
+                           "      max_kv_bytes_per_token: 1KiB\n      max_kv_bytes: 1KiB\n"
+                           "      max_kv_bytes_per_gpu: 1KiB\n")
     r = check(path, "--json")
     assert r.exit_code == 1, r.output
     rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
@@ -337,7 +338,8 @@ def test_each_failing_limit_states_its_own_value_and_bound(tmp_path):
     assert conc["reason"].startswith(f"max concurrency {conc['value']:.2f} < 100: ")
     head = rows["min_headroom_frac"]
     assert head["reason"].startswith(f"headroom {100 * head['value']:.1f}% < 90.0%: ")
-    for key, what in (("max_kv_bytes_per_token", " per token"), ("max_kv_bytes", ""), ("max_kv_bytes_per_gpu", " on one GPU")):
+    for key, what in (("max_kv_bytes_per_token", " per token"), ("max_kv_bytes", ""),
+                      ("max_kv_bytes_per_gpu", " on one GPU")):
         value = f"{rows[key]['value']:,.0f} B"
         assert rows[key]["reason"].startswith(value) and f"{what} > 1,024 B: " in rows[key]["reason"], key
     text = check(path, env={"COLUMNS": "80"}).stdout

@@ -49,6 +49,9 @@ COMMANDS = [
     ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8"],
     ["fit", "gemma3-27b", "--gpu", "L4", "--engine", "sglang"],
     ["fit", "qwen3-32b", "--engine", "vllm==0.11.0", "--gpu-memory", "79.18GiB", "--max-model-len", "16000"],
+    ["fit", "llama3.1-8b", "--gpu", "H100", "--max-model-len", "200000"],  # vLLM does not start
+    ["fit", "llama3.1-70b", "--gpu", "H100", "--engine", "trtllm", "--max-model-len", "200000"],
+    ["fit", "llama3.1-405b", "--gpu", "H100-80GB"],  # the fewest GPUs
     ["check", "example"],
     ["simulate", "vllm-paper-sharegpt"],
     ["simulate", "llama3.1-8b-long-chat", "--engine", "vllm==0.11.0"],

@@ -3,7 +3,8 @@
 Each engine's budget (kvplan.core.capacity.vllm, sglang, trtllm) takes the same steps:
 
 1. the release's rules (``req.engine_profile()``) and the utilization: the user's, else the engine's default;
-2. the longest context asked for (``--max-model-len``, else the model's);
+2. the longest context asked for (``--max-model-len``, else the model's), as the engine takes it: past the
+   model's it refuses to start, lowers it, or is told to allow it (kvplan.core.capacity.context);
 3. the engine's settings for this request (``EngineBudget.prepare``: block size, batch defaults, ...);
 4. weights per GPU (measured, else counted by kvplan.core.weights);
 5. per pipeline stage (or, for an engine that budgets only its most loaded GPU, once): the activation peak,

@@ -155,7 +155,8 @@ def fewest_gpus(req: FitRequest, base: FitResult, alternatives: list[WhatIf]) ->
 
     Counts grow one GPU at a time from the given tp x pp; at each count the largest tensor-parallel size
     first (up to MAX_TP_IN_NODE), as the engines split heads (``_tp_allowed``: tp divides the attention heads,
-    and divides the KV heads or is a multiple of them), with pipeline stages over the layers (pp <= layers).
+    and divides the KV heads or is a multiple of them; docs/engines.md "Tensor parallelism", vLLM's
+    QKVParallelLinear), with pipeline stages over the layers (pp <= layers).
     Measured per-GPU weights are rescaled with the GPU count, a measured KV memory and per-rank memories are
     dropped. None when something already fits, or when the engine refuses the length (more GPUs do not help)."""
     if base.fits or _refused_length(req, base) or any(w.result is not None and w.result.fits for w in alternatives):

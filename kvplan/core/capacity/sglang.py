@@ -64,7 +64,8 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
 # ModelConfig._derive_context_length). Derived (0.4.0: srt/hf_transformers_utils.py::get_context_length; 0.5.10:
 # srt/utils/hf_transformers_utils.py::get_context_length, unchanged): the first of these keys the text config
 # has, times rope_scaling's factor unless rope_scaling names original_max_position_embeddings or rope_type llama3.
-_SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+_SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
 
 
 def sglang_context_limit(context: dict) -> ContextLimit | None:

@@ -141,7 +141,7 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Option
                      allow_long_max_model_len=True)
     predicted = fit(req)
     replay = _replay(req, log)
-    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}, "
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len}, "
                  f"with the rules of {profile.display} {profile.version}")
     return predicted, replay, notes, profile
 

@@ -252,7 +252,7 @@ def measure(budget: Budget, origin: Path) -> Measured:
             why["min_max_concurrency"] = (f"max concurrency {f.max_concurrency:.2f} < {want:g}: {want:g} requests of "
                                           f"{f.max_model_len:,} tokens{need}; {because}")
             why["max_model_len_must_fit"] = (f"max_model_len {f.max_model_len} does not fit: " + (
-                fit_says or f"the longest that fits is {f.max_model_len_fit}"))
+                fit_says or f"the longest that fits: max_model_len {f.max_model_len_fit}"))
             why["min_headroom_frac"] = (
                 f"headroom {100 * headroom:.1f}% < {100 * (asked.get('min_headroom_frac') or 0):.1f}%: "
                 f"weights {_gib(b.weights)} + activation {_gib(b.activation)} + non-torch {_gib(b.non_torch)} + "

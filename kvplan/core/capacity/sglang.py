@@ -191,7 +191,7 @@ class SGLangBudget(EngineBudget):
                            f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
         elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
             reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold "
-                           f"one request of {max_len:,} tokens; the longest that fits is {max_fit:,}")
+                           f"one request of {max_len:,} tokens; the longest that fits: --max-model-len {max_fit}")
         notes = []
         reserve = stage.memory_bytes - max(0, rest) - w - nt
         if reserve < a + cg:

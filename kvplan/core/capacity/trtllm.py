@@ -100,7 +100,7 @@ class TRTLLMBudget(EngineBudget):
                            f"(short by {-kv / frac / GiB:.2f} GiB)")
         elif need > kv:
             reasons.append(f"one request of {max_len:,} tokens needs {need / GiB:.2f} GiB of KV cache, {kv / GiB:.2f} "
-                           f"GiB available; the longest that fits is {lo:,}")
+                           f"GiB available; the longest that fits: --max-model-len {lo}")
         return Capacity(
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=eng.block_size,
             page_size_bytes=eng.block_size * bytes_per_token, num_blocks=tokens // eng.block_size,

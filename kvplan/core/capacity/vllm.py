@@ -244,9 +244,9 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
             reasons.append(f"no context fits: one block per layer group needs {layout.pool_block_bytes / GiB:.2f} GiB "
                            f"of KV cache, {max(0, avail) / GiB:.2f} GiB available")
         else:
-            reasons.append(f"one request of max_model_len {max_len:,} needs {needed / GiB:.2f} GiB of KV cache, "
-                           f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits is "
-                           f"{plan.estimated_max_model_len:,}")
+            reasons.append(f"one request of max_model_len {max_len} needs {needed / GiB:.2f} GiB of KV cache, "
+                           f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits: --max-model-len "
+                           f"{plan.estimated_max_model_len}")
     slack = memory - requested
     if v.graphs and not subtract_graphs and req.kv_cache_memory_bytes is None and c.cuda_graph > slack:
         # before 0.20 the KV cache takes the whole budget first; the graphs are captured afterwards in what is

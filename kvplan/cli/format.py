@@ -77,9 +77,10 @@ class _Console(Console):
         return strip_trailing_spaces(super()._render_buffer(buffer))
 
 
-def make_console(*, stderr: bool = False) -> Console:
-    """A console without automatic highlighting (it split names like paged-16 into colours)."""
-    return _Console(stderr=stderr, highlight=False, emoji=False)  # emoji=True loads a 19 ms table
+def make_console(*, stderr: bool = False, **options: Any) -> Console:
+    """A console without automatic highlighting (it split names like paged-16 into colours); ``options`` go to
+    Rich's Console (a test's file, force_terminal, width)."""
+    return _Console(stderr=stderr, highlight=False, emoji=False, **options)  # emoji=True loads a 19 ms table
 
 
 def new_table(*columns: str, numeric: tuple[str, ...] | str = (), title: str | None = None,

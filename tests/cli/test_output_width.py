@@ -93,11 +93,7 @@ def test_a_terminal_gets_the_bar_and_no_trailing_spaces(monkeypatch):
     from kvplan.cli.format import make_console
 
     screen = io.StringIO()
-    console = make_console()
-    monkeypatch.setattr(console, "_file", screen)
-    monkeypatch.setattr(console, "_force_terminal", True)
-    monkeypatch.setattr(console, "_color_system", console._detect_color_system())
-    monkeypatch.setattr(console, "width", WIDTH)
+    console = make_console(file=screen, force_terminal=True, color_system="standard", width=WIDTH)
     monkeypatch.setattr(fit_cli, "console", console)
     r = runner.invoke(app, ["fit", "llama3.1-8b", "--gpu", "H100"])
     assert r.exit_code == 0, r.output

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from kvplan.cli.root import app
-from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
+from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.errors import ConfigError, KvplanError
 
 if TYPE_CHECKING:
@@ -43,13 +43,15 @@ def _show(limit: str, value: float) -> str:
         return "yes" if value else "no"
     if limit.endswith("_frac"):
         return f"{100 * value:.1f}%"
-    return f"{value:.2f}" if value != int(value) else flag_value(value)
+    return f"{value:,.2f}" if value != int(value) else f"{int(value):,}"  # a figure: budgets are YAML, not flags
 
 
 def _verdict(r: "LimitResult") -> str:
-    """``min_max_concurrency = 0, limit 4: one request of ...``: the failing limit, its numbers and why."""
-    text = f"{r.limit} = {_show(r.limit, r.value)}, limit {_show(r.limit, r.threshold)}"
-    return f"{text}: {r.reason}" if r.reason else text
+    """``min_kv_cache_tokens: 474,336 KV cache tokens < 500,000: ...``: the failing limit and its reason, which
+    starts with the limit's own value and bound (kvplan.io.budgets.measure); without one, the two numbers."""
+    if r.reason:
+        return f"{r.limit}: {r.reason}"
+    return f"{r.limit} = {_show(r.limit, r.value)}, limit {_show(r.limit, r.threshold)}"
 
 
 def _load_baseline(path: Path) -> dict[tuple[str, str], float]:
@@ -146,7 +148,7 @@ def _markdown(results: list["LimitResult"], changes: list["Change"]) -> str:
     out = [f"### kvplan budgets: {'all pass' if ok else 'FAILED'}", "",
            "| budget | limit | value | limit | margin | | why |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        margin = "" if r.margin_frac is None else f"{100 * r.margin_frac:+.1f}%"
+        margin = "" if r.margin_frac is None else f"{100 * r.margin_frac:+,.1f}%"
         out.append(f"| {_cell(r.budget)} | {r.limit} | {_show(r.limit, r.value)} | {_show(r.limit, r.threshold)} | "
                    f"{margin} | {'pass' if r.passed else '**FAIL**'} | {_cell(r.reason)} |")
     worse = [c for c in changes if c.worse]
@@ -246,7 +248,7 @@ def _render(results: list["LimitResult"], changes: list["Change"], with_baseline
                 table.add_section()
             budget = r.budget
             table.add_row(Text(_visible(r.budget), style="bold"))
-        margin = "" if r.margin_frac is None else f"{100 * r.margin_frac:+.1f}%"
+        margin = "" if r.margin_frac is None else f"{100 * r.margin_frac:+,.1f}%"
         table.add_row(Text(f"  {r.limit}"), _show(r.limit, r.value), _show(r.limit, r.threshold), margin,
                       "[green]pass[/]" if r.passed else "[bold red]FAIL[/]")
     print_table(console, table)

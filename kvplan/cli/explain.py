@@ -136,10 +136,12 @@ def _predict(log: VLLMLog, model: Optional[str], gpu: GPUSpec | None, tp: Option
                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
                      gpu_memory_utilization=log.gpu_memory_utilization,
                      max_model_len=max_len, block_size=log.block_size, enforce_eager=bool(log.enforce_eager),
-                     max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=max_num_seqs, profile=profile)
+                     max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=max_num_seqs, profile=profile,
+                     # the log's max_model_len is the one vLLM started with: past the model's, the variable was set
+                     allow_long_max_model_len=True)
     predicted = fit(req)
     replay = _replay(req, log)
-    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len:,}, "
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len}, "
                  f"with the rules of {profile.display} {profile.version}")
     return predicted, replay, notes, profile
 

@@ -13,7 +13,7 @@ from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetc
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
-    from kvplan.core.capacity.fit import WhatIf
+    from kvplan.core.capacity.fit import FewestGPUs, WhatIf
 
 console = make_console()
 _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
@@ -26,7 +26,18 @@ def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
     return None if value is None else parse_size(value, what=flag)
 
 
-def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, Any]:
+def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
+    if few is None:
+        return None
+    r = few.result
+    return {"change": few.change or None, "tensor_parallel_size": few.tp or None,
+            "pipeline_parallel_size": few.pp or None, "num_gpus": few.tp * few.pp or None, "fits": r is not None,
+            "kv_cache_memory_bytes": r.kv_cache_memory_bytes if r else None,
+            "max_concurrency": round(r.max_concurrency, 4) if r else None,
+            "max_model_len_fit": r.max_model_len_fit if r else None, "searched_up_to_gpus": few.searched_up_to}
+
+
+def fit_json(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> dict[str, Any]:
     return {
         "model": model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
         "engine_version": r.engine_version,
@@ -47,6 +58,11 @@ def fit_json(model: str, r: FitResult, alternatives: list[WhatIf]) -> dict[str, 
                  "max_model_len_fit": w.result.max_model_len_fit} if w.result else {})}
             for w in alternatives
         ],
+        # added keys: the engine's own longest max_model_len (null: the config gives none), and the fewest
+        # GPUs that fit when neither the deployment nor any single change does (null otherwise)
+        "context_limit": (r.context_limit.as_dict(exceeded=r.context_exceeded, allowed=r.context_override)
+                          if r.context_limit is not None else None),
+        "fewest_gpus": _fewest_json(fewest),
     }
 
 
@@ -81,8 +97,16 @@ def fit_cmd(
              "(default: the release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
                                                 help="Context per request (default: the model's "
-                                                     "max_position_embeddings); -1: the longest that fits "
+                                                     "max_position_embeddings, or the engine's own length where "
+                                                     "it derives a shorter one); past the model's, see "
+                                                     "--allow-long-max-model-len; -1: the longest that fits "
                                                      "(vLLM's auto-fit, from 0.14; vLLM only)."),
+    allow_long: bool = typer.Option(False, "--allow-long-max-model-len",
+                                    help="The engine's variable for a max_model_len longer than the model's will "
+                                         "be set where it runs: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang's "
+                                         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, TensorRT-LLM's "
+                                         "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (default: not set; vLLM and SGLang "
+                                         "refuse to start, TensorRT-LLM lowers it to the model's)."),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
     pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
@@ -142,7 +166,7 @@ def fit_cmd(
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     from kvplan.core.capacity.common import FitRequest
-    from kvplan.core.capacity.fit import FITTERS, fit, what_if, with_borderline
+    from kvplan.core.capacity.fit import FITTERS, fewest_gpus, fit, what_if, with_borderline
     from kvplan.core.profiles import parse_engine
     from kvplan.io.gpus import get_gpu
     from kvplan.io.models import resolve_model
@@ -177,21 +201,22 @@ def fit_cmd(
         enforce_eager=enforce_eager, concurrency=concurrency, gpu_memory_per_rank=per_rank,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit,
+        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long,
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()
     result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
     alternatives = what_if(req, result) if not result.fits else []
+    fewest = fewest_gpus(req, result, alternatives)
     if as_json:
-        print_json({**fit_json(spec.name, result, alternatives), "fetched": fetched_json(resolved.hub)})
+        print_json({**fit_json(spec.name, result, alternatives, fewest), "fetched": fetched_json(resolved.hub)})
     else:
-        _render(spec.name, result, alternatives)
+        _render(spec.name, result, alternatives, fewest)
     if not result.fits:
         raise typer.Exit(1)
 
 
-def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
+def _render(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> None:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
                   f"engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
@@ -206,7 +231,8 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
         table.add_row(f"[{_BAR_COLORS[key]}]{key.replace('_', ' ')}[/]", format_bytes(value),
                       f"{100 * value / r.gpu.memory_bytes:.1f}%", tag)
     print_table(console, table)
-    console.print(_bar(r, width=min(60, console.width - 2)))
+    if console.is_terminal:  # colour on a screen; in a file or a CI log the share column says the same
+        console.print(_bar(r, width=min(60, console.width - 2)))
     summary = summary_table()
     summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
     summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
@@ -216,7 +242,8 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
     if r.logged_kv_cache_tokens and r.logged_kv_cache_tokens != r.kv_cache_tokens:
         summary.add_row("GPU KV cache size as logged", f"{r.logged_kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
-    summary.add_row("longest max_model_len that fits", f"{r.max_model_len_fit}")
+    # searched up to the configured length, for every engine (FitResult.max_model_len_fit); bare: a flag value
+    summary.add_row(f"longest max_model_len that fits (<= {r.max_model_len})", f"{r.max_model_len_fit}")
     print_table(console, summary)
     if r.logged_capacity_rule:
         console.print(f"[dim]the log's 'GPU KV cache size' in this release: {r.logged_capacity_rule}[/]")
@@ -227,10 +254,13 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
         return
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
+    if fewest is not None:
+        _render_fewest(r, alternatives, fewest)
+        return
     if alternatives:
         wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
                        no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
-                                                  "max_model_len that fits)")
+                                                  "max_model_len that fits, up to the one set)")
         for w in alternatives:
             if w.result is None:
                 wt.add_row(w.change, "error", w.error, "", "")
@@ -239,6 +269,23 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf]) -> None:
                            format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
                            f"{w.result.max_model_len_fit}")
         print_table(console, wt)
+
+
+def _render_fewest(r: FitResult, alternatives: list[WhatIf], few: FewestGPUs) -> None:
+    """Nothing fits on these GPUs: the single changes tried, in one line, then the fewest GPUs that fit."""
+    tried = ", ".join(w.change for w in alternatives)
+    if tried:
+        console.print(f"none of these fits on {r.tp * r.pp} x {r.gpu.name}: {tried}")
+    if few.result is None:
+        console.print(f"[bold red]no tp x pp up to {few.searched_up_to} GPUs fits[/] with these settings (tp up to "
+                      f"{few.max_tp}, pipeline stages across nodes)")
+        return
+    f = few.result
+    table = new_table("change", "GPUs", "KV/GPU", "conc.", "max len", numeric=("GPUs", "KV/GPU", "conc.", "max len"),
+                      no_wrap=("change",), title="The fewest GPUs that fit")
+    table.add_row(few.change, f"{few.tp * few.pp}", format_bytes(f.kv_cache_memory_bytes),
+                  f"{f.max_concurrency:.2f}x", f"{f.max_model_len_fit}")
+    print_table(console, table)
 
 
 @app.command()
@@ -257,6 +304,6 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead 
     for row in rows:
         table.add_row(row["name"], format_bytes(row["memory_bytes"]),
                       f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
-                      f"{row['bf16_dense_tflops']:g}" if row["bf16_dense_tflops"] else "-",
-                      f"{row['fp8_dense_tflops']:g}" if row["fp8_dense_tflops"] else "-")
+                      f"{row['bf16_dense_tflops']:,g}" if row["bf16_dense_tflops"] else "-",
+                      f"{row['fp8_dense_tflops']:,g}" if row["fp8_dense_tflops"] else "-")
     print_table(console, table)

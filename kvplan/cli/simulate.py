@@ -194,7 +194,7 @@ def _secs(x: float) -> str:
 
 def _print_tables(w: "Workload", results: list["SimResult"]) -> None:
     c = w.config
-    console.print(f"[bold]{w.name}[/]: {len(w.requests):,} requests, KV pool {flag_value(c.pool_slots)} token slots"
+    console.print(f"[bold]{w.name}[/]: {len(w.requests):,} requests, KV pool {c.pool_slots:,} token slots"
                   + (f" ({format_bytes(w.pool_bytes)})" if w.pool_bytes else "")
                   + f", max_model_len {flag_value(c.max_model_len)}, max_num_seqs {flag_value(c.max_num_seqs)}, "
                   f"max_num_batched_tokens {flag_value(c.max_num_batched_tokens)}", soft_wrap=False)

@@ -161,7 +161,7 @@ def print_v1(v: "V1Workload", r: "V1Result", doc: dict[str, Any]) -> None:
     inp = v.inputs
     sch, lay = inp.scheduler, inp.layout
     console.print(f"[bold]{v.name}[/]: {doc['requests']:,} requests, vllm-v1 scheduler, KV pool "
-                  f"{flag_value(lay.num_blocks)} blocks of {v.block_size} tokens"
+                  f"{lay.num_blocks:,} blocks of {v.block_size} tokens"
                   + (f" ({format_bytes(v.pool_bytes)})" if v.pool_bytes else "")
                   + f", max_model_len {flag_value(sch.max_model_len)}, max_num_seqs {flag_value(sch.max_num_seqs)}, "
                   f"max_num_batched_tokens {flag_value(sch.max_num_batched_tokens)}"

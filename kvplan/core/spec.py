@@ -321,6 +321,10 @@ class ModelSpec:
     quirks: frozenset[str] = frozenset()
     arch: ArchShape | None = None  # for weight memory; None when the config does not say enough
     raw_config: dict = field(default_factory=dict, compare=False, repr=False)
+    # The language model's keys an engine derives its longest context from (max_position_embeddings,
+    # seq_length, ..., rope_scaling), as the config gives them, class defaults applied; unvalidated
+    # (kvplan.core.capacity.context reads them as each engine does).
+    context_config: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_layers(self) -> int:

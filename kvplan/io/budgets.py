@@ -43,7 +43,8 @@ class Require(BaseModel):
     min_max_concurrency: float | None = Field(None, ge=0, allow_inf_nan=False, description=(
         "Fewest requests of max_model_len tokens that must fit at once (`kvplan fit`: max concurrency)."))
     max_model_len_must_fit: bool | None = Field(None, description=(
-        "true: one request of max_model_len tokens must fit in the KV cache."))
+        "true: the engine must start with max_model_len and one request of that many tokens must fit in the KV "
+        "cache (`kvplan fit` says fits)."))
     min_headroom_frac: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description=(
         "Share of each GPU's memory that stays free with `batch` requests of max_model_len in the KV cache."))
     min_token_states_frac: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description=(
@@ -87,6 +88,10 @@ class Budget(BaseModel):
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))
     max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
         "Longest request in tokens (default: the model's max_position_embeddings)."))
+    allow_long_max_model_len: bool = Field(False, description=(
+        "The engine's variable for a max_model_len longer than the model's is set where it runs "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, "
+        "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1); default false: vLLM and SGLang refuse to start, as `kvplan fit` says."))
     batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
         "Tokens per sequence for max_kv_bytes (default max_model_len)."))
@@ -175,10 +180,16 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def measure(budget: Budget, origin: Path) -> Measured:
-    """Measure every limit the budget names with the rules of `kvplan size`, `fit` and `simulate`."""
-    import math
+def _bytes(n: float | None) -> str:
+    """Exact bytes with separators, and GiB from 1 GiB: ``524,288 B``, ``4,294,967,296 B (4.00 GiB)``."""
+    n = int(n or 0)
+    return f"{n:,} B ({_gib(n)})" if n >= GiB else f"{n:,} B"
 
+
+def measure(budget: Budget, origin: Path) -> Measured:
+    """Measure every limit the budget names with the rules of `kvplan size`, `fit` and `simulate`. A limit's
+    reason (shown when it fails) starts with its own measured value and bound: ``474,336 KV cache tokens <
+    500,000: ...``."""
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
     from kvplan.core.engines import engine_for
@@ -200,41 +211,52 @@ def measure(budget: Budget, origin: Path) -> Measured:
             r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
             out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,
                        max_kv_bytes_per_gpu=r.per_gpu_bytes)
-            per_token = f"{spec.name} stores {r.bytes_per_token} B of {r.kv_dtype} KV per token"
-            why["max_kv_bytes_per_token"] = per_token + ("; kv_cache_dtype: fp8 halves it"
-                                                          if r.kv_dtype in ("bf16", "fp16") else "")
-            why["max_kv_bytes"] = (f"{per_token}; {budget.batch} x {seq_len} tokens take {r.total_bytes} B "
-                                   f"({_gib(r.total_bytes)}) with {budget.engine}'s allocation")
-            why["max_kv_bytes_per_gpu"] = (f"{budget.batch} x {seq_len} tokens take {r.total_bytes} B over "
-                                           f"{r.num_gpus} GPU(s): {r.per_gpu_bytes} B ({_gib(r.per_gpu_bytes)}) "
-                                           f"on one; more tensor_parallel_size lowers it")
+            halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
+            why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > "
+                                             f"{_bytes(asked.get('max_kv_bytes_per_token'))}: {spec.name} stores "
+                                             f"{r.kv_dtype} KV{halves}")
+            why["max_kv_bytes"] = (f"{_bytes(r.total_bytes)} > {_bytes(asked.get('max_kv_bytes'))}: {budget.batch:,} x "
+                                   f"{seq_len:,} tokens at {_bytes(r.bytes_per_token)} per token ({r.kv_dtype}) with "
+                                   f"{budget.engine}'s allocation{halves}")
+            why["max_kv_bytes_per_gpu"] = (f"{_bytes(r.per_gpu_bytes)} on one GPU > "
+                                           f"{_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
+                                           f"{budget.batch:,} x {seq_len:,} tokens take {_bytes(r.total_bytes)} over "
+                                           f"{r.num_gpus} GPU(s); more tensor_parallel_size lowers it")
         if asked.keys() & set(FIT_LIMITS):
             gpu = get_gpu(budget.gpu, memory=budget.gpu_memory)
-            want = asked.get("min_max_concurrency")
+            # No concurrency asked of fit: its reasons are then the deployment's own (no KV memory, one request
+            # too long), not the min_max_concurrency verdict, which is judged here with the other limits.
             req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp,
                              kv_dtype=budget.kv_cache_dtype,
-                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=max_len,
-                             concurrency=math.ceil(want) if want else None)
+                             gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
+                             allow_long_max_model_len=budget.allow_long_max_model_len)
             f = fit(req)
             per_request = size_kv(spec, engine_for(spec, choice.name, profile=choice.profile)[0], batch=budget.batch,
                                   seq_len=f.max_model_len,
                                   kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp).per_gpu_bytes
             b = f.breakdown
             busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request
+            headroom = 1 - busy / gpu.memory_bytes
             out.update(min_kv_cache_tokens=f.kv_cache_tokens, min_max_concurrency=round(f.max_concurrency, 4),
-                       max_model_len_must_fit=float(f.max_model_len_fit >= f.max_model_len and f.kv_cache_memory_bytes > 0),
-                       min_headroom_frac=round(1 - busy / gpu.memory_bytes, 6))
+                       max_model_len_must_fit=float(f.fits),
+                       min_headroom_frac=round(headroom, 6))
             fit_says = "; ".join(f.reasons)
-            cache = (f"{f.kv_cache_tokens} tokens of KV cache ({_gib(f.kv_cache_memory_bytes)} per GPU) on "
-                     f"{gpu.name} x {tp * pp}: weights {_gib(b.weights)}, activation {_gib(b.activation)}, "
-                     f"non-torch {_gib(b.non_torch)}, CUDA graphs {_gib(b.cuda_graph)}")
-            why["min_kv_cache_tokens"] = fit_says or cache
-            why["min_max_concurrency"] = fit_says or (
-                f"{f.max_concurrency:.2f} requests of {f.max_model_len} tokens fit in {cache}")
-            why["max_model_len_must_fit"] = fit_says or f"the longest request that fits is {f.max_model_len_fit} tokens"
+            cache = (f"{_gib(f.kv_cache_memory_bytes)} of KV cache per GPU on {gpu.name} x {tp * pp} after weights "
+                     f"{_gib(b.weights)}, activation {_gib(b.activation)}, non-torch {_gib(b.non_torch)}, CUDA graphs "
+                     f"{_gib(b.cuda_graph)}")
+            because = fit_says or cache
+            want = asked.get("min_max_concurrency") or 0
+            why["min_kv_cache_tokens"] = (f"{f.kv_cache_tokens:,} KV cache tokens < "
+                                          f"{asked.get('min_kv_cache_tokens') or 0:,.0f}: {because}")
+            need = f" need {want / f.max_concurrency:.2f}x the KV cache" if f.max_concurrency else " do not fit"
+            why["min_max_concurrency"] = (f"max concurrency {f.max_concurrency:.2f} < {want:g}: {want:g} requests of "
+                                          f"{f.max_model_len:,} tokens{need}; {because}")
+            why["max_model_len_must_fit"] = (f"max_model_len {f.max_model_len} does not fit: " + (
+                fit_says or f"the longest that fits: max_model_len {f.max_model_len_fit}"))
             why["min_headroom_frac"] = (
+                f"headroom {100 * headroom:.1f}% < {100 * (asked.get('min_headroom_frac') or 0):.1f}%: "
                 f"weights {_gib(b.weights)} + activation {_gib(b.activation)} + non-torch {_gib(b.non_torch)} + "
-                f"CUDA graphs {_gib(b.cuda_graph)} + KV of {budget.batch} x {f.max_model_len} tokens "
+                f"CUDA graphs {_gib(b.cuda_graph)} + KV of {budget.batch:,} x {f.max_model_len:,} tokens "
                 f"{_gib(per_request)} = {_gib(busy)} of {_gib(gpu.memory_bytes)} per GPU")
     if asked.keys() & set(SIMULATION_LIMITS):
         from kvplan.core.sim.engine import simulate
@@ -256,13 +278,18 @@ def measure(budget: Budget, origin: Path) -> Measured:
         out.update(min_token_states_frac=round(sim.token_states_frac, 6), max_preemptions=sim.preemptions,
                    max_rejected=sim.rejected, min_completed=sim.completed)
         rejected = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(sim.rejected_reasons.items()))
-        outcome = (f"{sim.completed} completed, {sim.rejected} rejected" + (f" ({rejected})" if rejected else "")
-                   + f", {sim.preemptions} preemptions")
+        outcome = (f"{sim.completed:,} completed, {sim.rejected:,} rejected" + (f" ({rejected})" if rejected else "")
+                   + f", {sim.preemptions:,} preemptions")
         why["min_token_states_frac"] = (
-            f"{sim.allocator}: token states {100 * sim.token_states_frac:.1f}%, reserved {100 * sim.reserved_frac:.1f}%, "
+            f"token states {100 * sim.token_states_frac:.1f}% < "
+            f"{100 * (asked.get('min_token_states_frac') or 0):.1f}%: "
+            f"{sim.allocator}: reserved {100 * sim.reserved_frac:.1f}%, "
             f"internal fragmentation {100 * sim.internal_frag_frac:.1f}%, external {100 * sim.external_frag_frac:.1f}%, "
             f"free {100 * sim.free_frac:.1f}% of the KV pool")
-        why["max_preemptions"] = why["max_rejected"] = why["min_completed"] = f"{sim.allocator}: {outcome}"
+        for key, value, op in (("max_preemptions", sim.preemptions, ">"), ("max_rejected", sim.rejected, ">"),
+                               ("min_completed", sim.completed, "<")):
+            what = key.split("_", 1)[1]
+            why[key] = f"{value:,} {what} {op} {asked.get(key) or 0:,.0f}: {sim.allocator}: {outcome}"
     thresholds = {key: float(limit) for key, limit in asked.items()}  # sizes are bytes already (Require._bytes)
     return Measured(values={key: float(out[key]) for key in asked}, thresholds=thresholds,
                     reasons={key: why[key] for key in asked if key in why})

@@ -159,6 +159,11 @@ class _Cfg:
         return value
 
 
+# What vLLM, SGLang and TensorRT-LLM derive a model's longest context from (kvplan.core.capacity.context)
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_sequence_length", "max_seq_length", "seq_len", "rope_scaling", "rope_parameters")
+
+
 _LAYER_TYPE_KINDS = {
     "full_attention": LayerKind.FULL,
     "attention": LayerKind.FULL,
@@ -384,6 +389,7 @@ def spec_from_hf_config(
                       default=0, minimum=0)
     if max_len == 0:
         notes.append("config gives no max_position_embeddings; pass --seq-len")
+    context = {k: cfg.data[k] for k in CONTEXT_KEYS if cfg.data.get(k) is not None}
 
     layers: list[Layer]
     family = family_module(model_type)
@@ -457,4 +463,5 @@ def spec_from_hf_config(
         arch=arch,
         notes=tuple(notes),
         raw_config=raw,
+        context_config=context,
     )

@@ -527,7 +527,7 @@ def _requests(origin: Path, times: list[float], prompts: list[int], outputs: lis
 
 def _note_raised(notes: list[str] | None, raised: int, total: int, prefix: int) -> None:
     if notes is not None and raised:
-        notes.append(f"{raised} of {total} prompts were shorter than the {prefix}-token shared prefix and were "
+        notes.append(f"{raised:,} of {total:,} prompts were shorter than the {prefix:,}-token shared prefix and were "
                      f"raised to it (the prefix is part of the prompt)")
 
 
@@ -613,16 +613,16 @@ def resolve_workload(path: Path, *, engine: str | None = None, wf: WorkloadFile 
             pool_tokens = fit_result.kv_cache_tokens
             notes.append(f"KV pool from `kvplan fit` ({choice.name} {choice.version} rules): "
                          f"{pool_bytes / (1 << 30):.2f} GiB per GPU, "
-                         f"{pool_tokens} KV cache tokens")
+                         f"{pool_tokens:,} KV cache tokens")
             if pool_bytes // bpt != pool_tokens:
-                notes.append(f"the pool's bytes over {bpt} B per token would give {pool_bytes // bpt} token slots; "
-                             f"the engine counts {pool_tokens} (whole blocks of its layout)")
+                notes.append(f"the pool's bytes over {bpt:,} B per token would give {pool_bytes // bpt:,} token slots; "
+                             f"the engine counts {pool_tokens:,} (whole blocks of its layout)")
         else:
             pool_tokens = pool_bytes // bpt
     else:
         pool_bytes = pool_tokens * bpt
     if pool_tokens < 1:
-        raise ConfigError(f"{path}: the KV pool holds no token ({pool_bytes} B); give more memory or a smaller model")
+        raise ConfigError(f"{path}: the KV pool holds no token ({pool_bytes:,} B); give more memory or a smaller model")
 
     mnbt = wf.scheduler.max_num_batched_tokens or max(max_len, VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
     if wf.step_time.model == "constant" or spec is None or gpu is None or not gpu.hbm_bandwidth_bytes_per_s:

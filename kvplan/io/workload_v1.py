@@ -237,7 +237,7 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
         notes.append("vllm-v1 simulates vLLM's paged pool only: the contiguous allocators are not run "
                      "(scheduler.model: event compares them, without chunked prefill or per-group pools)")
     block = min(g.block_size for g in layout.groups)
-    notes.append(f"simulator: vllm-v1 ({reason}); pool: {layout.num_blocks} blocks of {block} tokens in "
+    notes.append(f"simulator: vllm-v1 ({reason}); pool: {layout.num_blocks:,} blocks of {block} tokens in "
                  f"{len(layout.groups)} KV cache group(s), from vLLM {choice.version}'s plan as `kvplan fit`")
     inputs = V1Inputs(requests=tuple(requests), scheduler=scheduler, layout=layout, offload=offload,
                       step_model=w.config.step, notes=tuple(notes))
@@ -300,7 +300,7 @@ class _Gen:
         else:
             self.plain(plain)
         if self.rejected:
-            self.notes.append(f"{self.rejected} request(s) whose prompt reaches max_model_len {self.max_len} were "
+            self.notes.append(f"{self.rejected:,} request(s) whose prompt reaches max_model_len {self.max_len} were "
                               "left out (vLLM rejects them)")
         return self.out
 
@@ -352,7 +352,7 @@ class _Gen:
                 prev = i
                 t += think()
         if cut:
-            self.notes.append(f"{cut} conversation(s) ended early: the next turn's prompt reached max_model_len "
+            self.notes.append(f"{cut:,} conversation(s) ended early: the next turn's prompt reached max_model_len "
                               f"{self.max_len}")
 
     def documents(self) -> None:
@@ -423,7 +423,7 @@ class _Gen:
                 self.turn_links.append((prev, i))
             hist[sid] = ([*prompt, self.out[i].output], i)
         if restarted:
-            self.notes.append(f"{restarted} turn(s) had a prompt no longer than the history before them (cut "
+            self.notes.append(f"{restarted:,} turn(s) had a prompt no longer than the history before them (cut "
                               "history): simulated as new prompts")
 
     def mooncake(self, path: Path) -> None:

@@ -117,7 +117,7 @@ def test_github_actions_annotations_and_summary(tmp_path):
     props, message = line[len("::error "):].split("::", 1)
     assert dict(p.split("=", 1) for p in props.split(",")) == {
         "file": str(path), "line": "4", "title": "kvplan budget b"}
-    assert message.startswith("max_kv_bytes_per_token = 512.00 KiB, limit 1.00 KiB: ")
+    assert message.startswith("max_kv_bytes_per_token: 524,288 B per token > 1,024 B: llama2-7b stores fp16 KV")
     assert "| b | max_kv_bytes_per_token |" in summary.read_text() and "**FAIL**" in summary.read_text()
 
 
@@ -175,7 +175,7 @@ def test_junit_xml_stays_valid_with_control_characters_in_a_name(tmp_path):
     (case,) = suite.iter("testcase")
     assert case.get("classname") == 'a\\x01\\x1b<&>"\nb'
     failure = case.find("failure")
-    assert failure is not None and "limit 1.00 KiB: llama2-7b stores 524288 B" in failure.get("message")
+    assert failure is not None and "524,288 B per token > 1,024 B: llama2-7b" in failure.get("message")
     assert "\x1b" not in r.stdout
 
 
@@ -191,12 +191,14 @@ def test_a_failing_limit_says_why_with_numbers(tmp_path):
     assert r.exit_code == 1, r.output
     rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
     reason = rows["min_max_concurrency"]["reason"]
-    assert rows["min_max_concurrency"]["value"] == 0 and "no memory left for the KV cache" in reason
+    assert rows["min_max_concurrency"]["value"] == 0 and reason.startswith("max concurrency 0.00 < 4: ")
+    assert "no memory left for the KV cache" in reason
     assert "weights 131.42 GiB" in reason and "GiB" in reason.split("exceed")[1]
-    assert rows["max_model_len_must_fit"]["reason"] == reason
+    must_fit = rows["max_model_len_must_fit"]["reason"]
+    assert must_fit.startswith("max_model_len 32768 does not fit: no memory left for the KV cache")
     failure = next(c for c in ET.parse(out).getroot().iter("testcase") if c.get("name").endswith("concurrency"))
-    assert failure.find("failure").get("message") == f"min_max_concurrency = 0, limit 4: {reason}"
-    assert f"min_max_concurrency = 0, limit 4: {reason}" in r.stderr
+    assert failure.find("failure").get("message") == f"min_max_concurrency: {reason}"
+    assert f"min_max_concurrency: {reason}" in r.stderr
     assert reason in summary.read_text()
     text = check(path)
     assert "no memory left for the KV cache" in text.stdout
@@ -210,7 +212,8 @@ def test_a_passing_limit_has_no_reason_and_a_tight_one_gets_fits_numbers(tmp_pat
     rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
     assert rows["min_kv_cache_tokens"]["passed"] and rows["min_kv_cache_tokens"]["reason"] == ""
     why = rows["min_max_concurrency"]["reason"]
-    assert why.startswith("100 concurrent requests of 4,096 tokens need") and f"{rows['min_max_concurrency']['value']:.2f} fit" in why
+    assert why.startswith(f"max concurrency {rows['min_max_concurrency']['value']:.2f} < 100: 100 requests of 4,096 "
+                          "tokens need")
 
 
 def test_the_table_keeps_every_name_and_digit_at_80_columns(tmp_path):
@@ -219,7 +222,7 @@ def test_the_table_keeps_every_name_and_digit_at_80_columns(tmp_path):
                            "    tensor_parallel_size: 8\n    require: {min_kv_cache_tokens: 123456789}\n")
     r = check(path, env={"COLUMNS": "80"})
     assert r.exit_code == 1, r.output
-    assert long_name in r.stdout and "123456789" in r.stdout and "min_kv_cache_tokens" in r.stdout
+    assert long_name in r.stdout and "123,456,789" in r.stdout and "min_kv_cache_tokens" in r.stdout
     assert "…" not in r.stdout and max(len(x) for x in r.stdout.splitlines()) <= 80
     r = check(EXAMPLE, env={"COLUMNS": "80"})
     assert r.exit_code == 0 and "…" not in r.stdout and "deepseek-v3-long-context" in r.stdout
@@ -314,3 +317,55 @@ def test_schema_describes_every_property():
     assert len(props) >= 27  # 1 + 15 budget fields + 11 limits
     missing = [(title, name) for title, name, p in props if not p.get("description")]
     assert not missing
+
+
+def test_each_failing_limit_states_its_own_value_and_bound(tmp_path):
+    # issue 19: a failing min_kv_cache_tokens printed the concurrency verdict ("... concurrent requests ...")
+    # instead of its own numbers
+    path = write(tmp_path, "budgets:\n  - name: b\n    model: deepseek-v3\n    gpu: H200\n    tensor_parallel_size: 8\n"
+                           "    max_model_len: 131072\n    require:\n      min_kv_cache_tokens: 5000000\n"
+                           "      min_max_concurrency: 100\n      min_headroom_frac: 0.9\n"
+                           "      max_kv_bytes_per_token: 1KiB\n      max_kv_bytes: 1KiB\n"
+                           "      max_kv_bytes_per_gpu: 1KiB\n")
+    r = check(path, "--json")
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    assert not any(row["passed"] for row in rows.values())
+    tokens = rows["min_kv_cache_tokens"]
+    assert tokens["reason"].startswith(f"{tokens['value']:,.0f} KV cache tokens < 5,000,000: ")
+    assert "concurren" not in tokens["reason"]
+    conc = rows["min_max_concurrency"]
+    assert conc["reason"].startswith(f"max concurrency {conc['value']:.2f} < 100: ")
+    head = rows["min_headroom_frac"]
+    assert head["reason"].startswith(f"headroom {100 * head['value']:.1f}% < 90.0%: ")
+    for key, what in (("max_kv_bytes_per_token", " per token"), ("max_kv_bytes", ""),
+                      ("max_kv_bytes_per_gpu", " on one GPU")):
+        value = f"{rows[key]['value']:,.0f} B"
+        assert rows[key]["reason"].startswith(value) and f"{what} > 1,024 B: " in rows[key]["reason"], key
+    text = check(path, env={"COLUMNS": "80"}).stdout
+    assert f"b: min_kv_cache_tokens: {tokens['value']:,.0f} KV cache tokens < 5,000,000" in " ".join(text.split())
+
+
+def test_failing_simulation_limits_state_their_own_numbers(tmp_path):
+    write(tmp_path, TINY_WORKLOAD, "chat.yaml")
+    path = write(tmp_path, "budgets:\n  - name: w\n    workload: chat.yaml\n    require:\n"
+                           "      min_token_states_frac: 0.9999\n      min_completed: 1000\n")
+    r = check(path, "--json")
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    states, done = rows["min_token_states_frac"], rows["min_completed"]
+    assert states["reason"].startswith(f"token states {100 * states['value']:.1f}% < 100.0%: ")
+    assert done["reason"].startswith(f"{done['value']:,.0f} completed < 1,000: ")
+
+
+def test_a_context_past_the_models_fails_max_model_len_must_fit_unless_allowed(tmp_path):
+    budget = ("budgets:\n  - name: long\n    model: llama3.1-8b\n    gpu: H100-80GB\n    max_model_len: 200000\n{}"
+              "    require: {{max_model_len_must_fit: true, min_kv_cache_tokens: 1}}\n")
+    r = check(write(tmp_path, budget.format("")), "--json")
+    assert r.exit_code == 1, r.output
+    rows = {x["limit"]: x for x in json.loads(r.stdout)["results"]}
+    must = rows["max_model_len_must_fit"]
+    assert not must["passed"] and must["reason"].startswith("max_model_len 200000 does not fit: vLLM does not start")
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in must["reason"] and rows["min_kv_cache_tokens"]["passed"]
+    r = check(write(tmp_path, budget.format("    allow_long_max_model_len: true\n")), "--json")
+    assert r.exit_code == 0, r.output

@@ -93,3 +93,90 @@ def test_gpus_catalog():
     assert need <= set(names)
     assert all(g["source"] and g["memory_bytes"] > 10 * GiB for g in names.values())
     assert 79 * GiB < names["H100-80GB"]["memory_bytes"] < 80 * GiB  # driver-reported, not the marketing 80 GB
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_max_model_len_fit_has_one_meaning_across_engines(engine):
+    """The longest max_model_len that fits is searched up to the configured one on every engine (vLLM's own
+    estimate is): a short context that fits shows itself, not the model's 131,072 positions."""
+    def run(*extra: str) -> dict:
+        r = runner.invoke(app, ["fit", "llama3.1-8b", "--gpu", "H100", "--engine", engine, *extra, "--json"])
+        assert r.exit_code in (0, 1), r.output
+        return json.loads(r.stdout)
+
+    short = run("--max-model-len", "4096")
+    assert short["fits"] and short["max_model_len_fit"] == 4096
+    tight = run("--gpu-memory", "20GiB", "--max-model-len", "131072")  # 15 GiB of weights: a few GiB of KV
+    assert not tight["fits"] and 0 < tight["max_model_len_fit"] < 131072
+
+
+def _fit(*args: str) -> tuple[int, dict]:
+    r = runner.invoke(app, ["fit", *args, "--json"])
+    assert r.exit_code in (0, 1), r.output
+    return r.exit_code, json.loads(r.stdout)
+
+
+@pytest.mark.parametrize(("engine", "variable"), [("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                                                  ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")])
+def test_a_context_past_the_models_does_not_start_unless_the_variable_is_set(engine, variable):
+    # issue 19: `fit --max-model-len 200000` on a 131,072-position model printed a note and "fits" (exit 0)
+    args = ["llama3.1-8b", "--gpu", "H100", "--engine", engine, "--max-model-len", "200000"]
+    code, out = _fit(*args)
+    assert code == 1 and out["fits"] is False
+    assert "does not start" in out["reasons"][0] and variable in out["reasons"][0] and "131,072" in out["reasons"][0]
+    assert out["context_limit"] == {"engine": {"vllm": "vLLM", "sglang": "SGLang"}[engine], "max_model_len": 131072,
+                                    "source": "max_position_embeddings", "override": variable,
+                                    "when_exceeded": "refuses to start", "exceeded": True, "override_set": False}
+    changes = {w["change"]: w for w in out["what_if"]}
+    assert changes["--max-model-len 131072"]["fits"] and changes["--allow-long-max-model-len"]["fits"]
+    assert out["fewest_gpus"] is None  # more GPUs do not start it either
+    code, out = _fit(*args, "--allow-long-max-model-len")
+    assert code == 0 and out["fits"] and out["max_model_len"] == 200000 and out["context_limit"]["override_set"]
+    assert any(variable in note for note in out["notes"])
+
+
+def test_trtllm_starts_with_the_models_length_instead():
+    code, out = _fit("llama3.1-8b", "--gpu", "H100", "--engine", "trtllm", "--max-model-len", "200000")
+    assert code == 0 and out["fits"] and out["max_model_len"] == 131072
+    assert out["context_limit"]["when_exceeded"] == "clamps" and out["context_limit"]["exceeded"]
+    assert any("not 200000" in note for note in out["notes"])
+    code, out = _fit("llama3.1-8b", "--gpu", "H100", "--engine", "trtllm", "--max-model-len", "200000",
+                     "--allow-long-max-model-len")
+    assert code == 0 and out["max_model_len"] == 200000
+
+
+def test_an_engine_limit_from_the_rope_factor(tmp_path):
+    # SGLang multiplies by a linear RoPE factor (get_context_length); vLLM's releases differ, so only a note
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 2816,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0}}))
+    code, out = _fit(str(config), "--gpu", "L4", "--engine", "sglang", "--max-model-len", "16384")
+    assert code == 0 and out["context_limit"]["max_model_len"] == 16384
+    code, out = _fit(str(config), "--gpu", "L4", "--engine", "sglang", "--max-model-len", "16385")
+    assert code == 1 and "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in out["reasons"][0]
+    code, out = _fit(str(config), "--gpu", "L4", "--engine", "vllm", "--max-model-len", "16384")
+    assert code == 0 and out["context_limit"]["max_model_len"] is None
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in note for note in out["notes"])
+
+
+def test_the_fewest_gpus_when_nothing_fits():
+    # issue 19: llama3.1-405b on one H100 printed six what-if rows of "no, 0 B"
+    code, out = _fit("llama3.1-405b", "--gpu", "H100-80GB")
+    assert code == 1 and not any(w["fits"] for w in out["what_if"])
+    few = out["fewest_gpus"]
+    assert few["fits"] and few["num_gpus"] == few["tensor_parallel_size"] * few["pipeline_parallel_size"] > 8
+    assert few["change"] == f"-tp {few['tensor_parallel_size']} -pp {few['pipeline_parallel_size']}"
+    code, there = _fit("llama3.1-405b", "--gpu", "H100-80GB", "-tp", str(few["tensor_parallel_size"]),
+                       "-pp", str(few["pipeline_parallel_size"]))
+    assert code == 0 and there["kv_cache_memory_bytes"] == few["kv_cache_memory_bytes"]
+    for tp in (1, 2, 4, 8):  # no smaller count fits, at any tensor-parallel size the engine allows
+        for pp in range(1, (few["num_gpus"] - 1) // tp + 1):
+            code, smaller = _fit("llama3.1-405b", "--gpu", "H100-80GB", "-tp", str(tp), "-pp", str(pp))
+            assert code == 1, (tp, pp)
+    text = runner.invoke(app, ["fit", "llama3.1-405b", "--gpu", "H100-80GB"]).stdout
+    assert "What would make it fit" not in text and "The fewest GPUs that fit" in text and few["change"] in text
+    code, out = _fit("llama3-70b", "--gpu", "L40S")
+    assert code == 1 and out["fewest_gpus"] is None  # a single change fits: the what-if table stays

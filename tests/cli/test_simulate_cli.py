@@ -330,7 +330,7 @@ def test_tables_keep_every_digit_at_80_columns():
         for cell in (f"{100 * m['token_states_frac']:.1f}%", f"{100 * m['free_frac']:.1f}%",
                      f"{m['completed']:,}", f"{m['preemptions']:,}", f"{m['throughput_tokens_per_s']:,.0f}"):
             assert cell in r.stdout, (name, cell)
-    assert f"KV pool {out['pool_slots']} token slots" in r.stdout  # as typed back as kv_pool_tokens
+    assert f"KV pool {out['pool_slots']:,} token slots" in r.stdout  # a figure; the settings after it are as typed
 
 
 # -- any workload the schema accepts finishes with every request accounted, or is refused (exit 2) ----

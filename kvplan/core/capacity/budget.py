@@ -3,7 +3,8 @@
 Each engine's budget (kvplan.core.capacity.vllm, sglang, trtllm) takes the same steps:
 
 1. the release's rules (``req.engine_profile()``) and the utilization: the user's, else the engine's default;
-2. the longest context asked for (``--max-model-len``, else the model's);
+2. the longest context asked for (``--max-model-len``, else the model's), as the engine takes it: past the
+   model's it refuses to start, lowers it, or is told to allow it (kvplan.core.capacity.context);
 3. the engine's settings for this request (``EngineBudget.prepare``: block size, batch defaults, ...);
 4. weights per GPU (measured, else counted by kvplan.core.weights);
 5. per pipeline stage (or, for an engine that budgets only its most loaded GPU, once): the activation peak,
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kvplan.core.capacity import estimates
+from kvplan.core.capacity import context, estimates
 from kvplan.core.capacity.common import (
     Breakdown,
     FitRequest,
@@ -31,6 +32,7 @@ from kvplan.core.capacity.common import (
     model_weights,
     resolve_kv_dtype,
 )
+from kvplan.core.capacity.context import ContextLimit
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import Layer
 from kvplan.errors import ConfigError
@@ -80,7 +82,7 @@ class Capacity:
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
-    max_model_len_fit: int
+    max_model_len_fit: int  # up to max_model_len (FitResult.max_model_len_fit)
     reasons: tuple[str, ...] = ()  # why it does not fit, before the concurrency check
     check_concurrency: bool = True  # False: requests are not bounded by the KV pool
     unused: int | None = None  # None: what the components and the KV memory leave of the GPU
@@ -99,6 +101,10 @@ class EngineBudget:
 
     def default_utilization(self, req: FitRequest, profile: Any) -> float:
         raise NotImplementedError
+
+    def context_limit(self, req: FitRequest) -> ContextLimit | None:
+        """The longest max_model_len the engine starts with for this model (kvplan.core.capacity.context)."""
+        return None
 
     def prepare(self, req: FitRequest, profile: Any, utilization: float, max_model_len: int) -> tuple[Any, list[str]]:
         """The engine's settings for this request, and notes about them."""
@@ -134,14 +140,19 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
     spec, gpu = req.spec, req.gpu
     profile = req.engine_profile()
     util = req.gpu_memory_utilization or budget.default_utilization(req, profile)
-    max_len = req.max_model_len or spec.max_model_len
-    if max_len <= 0:
+    if not (req.max_model_len or spec.max_model_len):
         raise ConfigError(f"{spec.name} gives no maximum context; pass --max-model-len")
+    limit = budget.context_limit(req)
+    started = context.decide(limit, asked=req.max_model_len, default=spec.max_model_len,
+                             allow=req.allow_long_max_model_len, model_positions=spec.max_model_len)
+    max_len = started.max_model_len
     settings, setup_notes = budget.prepare(req, profile, util, max_len)
     setup = Setup(profile=profile, utilization=util, max_model_len=max_len, engine=settings,
                   notes=tuple(setup_notes))
     weights, notes = model_weights(req)
     notes.extend(setup.notes)
+    if started.note:
+        notes.append(started.note)
     estimated: set[str] = set()
     ranges = pp_stages(spec.num_layers, req.pp)
     memory = budget.stage_memory(req, setup)
@@ -172,7 +183,7 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         stages.append(Stage(index=s, layers=layers, memory_bytes=memory[s], components=c, kv_bytes=kv))
 
     cap = budget.capacity(req, setup, stages)
-    reasons = list(cap.reasons)
+    reasons = ([started.reason] if started.reason else []) + list(cap.reasons)  # not starting comes first
     concurrency = cap.max_concurrency
     if cap.check_concurrency and req.concurrency and concurrency < req.concurrency and not reasons:
         reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency))
@@ -192,4 +203,5 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         estimated=tuple(sorted(estimated)), settings=cap.settings, notes=(*notes, *cap.notes),
         params=weights.params if weights else 0, engine_version=profile.version, usable_blocks=cap.usable_blocks,
         logged_kv_cache_tokens=cap.logged_kv_cache_tokens, logged_capacity_rule=cap.logged_capacity_rule,
+        context_limit=limit, context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len,
     )

@@ -51,6 +51,9 @@ class FitRequest:
     # block size of MLA models; None: the release's default (FlashMLA's 64 from 0.9.0).
     attention_backend: str | None = None
     auto_fit_max_model_len: bool = False  # vLLM max_model_len = -1: the longest that fits (from 0.14.0)
+    # The engine's variable for a max_model_len longer than the model's will be set where it runs
+    # (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...: kvplan.core.capacity.context).
+    allow_long_max_model_len: bool = False
 
     def engine_profile(self) -> Any:
         from kvplan.core.profiles import registry
@@ -90,7 +93,10 @@ class FitResult:
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
-    max_model_len_fit: int  # the longest max_model_len one request can have (0: none)
+    # The longest max_model_len, up to the configured one, with which one request fits the KV cache (0: none).
+    # Every engine alike: vLLM's own estimate (kv_cache_utils.py::estimate_max_model_len) searches up to
+    # max_model_len, so a deployment that fits shows its max_model_len, one that does not the length to set.
+    max_model_len_fit: int
     fits: bool
     reasons: tuple[str, ...]
     estimated: tuple[str, ...]  # breakdown components that are estimates, not given
@@ -103,6 +109,11 @@ class FitResult:
     logged_capacity_rule: str = ""  # how that figure is computed in this release
     borderline: bool = False  # the verdict's margin is within the estimates' error
     borderline_why: str = ""
+    # The engine's own longest max_model_len for this model (kvplan.core.capacity.context.ContextLimit; None:
+    # the config gives no length), whether the one asked for is longer, and whether the engine's override is set.
+    context_limit: Any = None
+    context_exceeded: bool = False
+    context_override: bool = False
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:

@@ -18,6 +18,8 @@ FITTERS = {"vllm": fit_vllm, "sglang": fit_sglang, "trtllm": fit_trtllm}
 # what_if proposes tensor parallelism within one node: 8 GPUs on NVLink (HGX/DGX H100, H200, B200 boards);
 # beyond that tp crosses nodes, which is a different deployment, not a flag to try.
 MAX_TP_IN_NODE = 8
+# fewest_gpus searches deployments up to 8 such nodes: pipeline stages span nodes, tensor parallelism stays in one.
+MAX_GPUS = 8 * MAX_TP_IN_NODE
 # The utilization what_if proposes: kvplan's choice, not an engine default; above it the engines warn or
 # fail on fragmentation and on other processes' memory (vLLM's own docs suggest raising toward 0.95).
 HIGH_UTILIZATION = 0.95
@@ -29,14 +31,7 @@ def fit(req: FitRequest) -> FitResult:
     check_request(req)
     # the release's block sizes, the engine's KV dtypes
     get_engine(req.engine, block_size=req.block_size, profile=req.engine_profile()).check_kv_dtype(req.kv_dtype)
-    result = FITTERS[req.engine](req)
-    model_max = req.spec.max_model_len
-    if req.max_model_len and 0 < model_max < req.max_model_len:
-        # vLLM refuses this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (vllm/config/model.py, _get_and_verify_max_len)
-        result = dataclasses.replace(result, notes=(*result.notes, (
-            f"max_model_len {req.max_model_len:,} exceeds the model's {model_max:,} positions: engines refuse it "
-            "unless told otherwise (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), and quality past it is not assured")))
-    return result
+    return FITTERS[req.engine](req)  # a max_model_len past the model's: the engine's rule (capacity.context)
 
 
 def with_borderline(req: FitRequest, result: FitResult) -> FitResult:
@@ -91,9 +86,24 @@ def _with_tp(req: FitRequest, tp: int) -> FitRequest:
     return dataclasses.replace(req, **changes)
 
 
+def _refused_length(req: FitRequest, base: FitResult) -> int:
+    """The engine's own longest max_model_len when it refuses to start with the one asked for, else 0."""
+    limit = base.context_limit
+    if base.context_exceeded and limit is not None and limit.max_model_len and not limit.clamps \
+            and not req.allow_long_max_model_len:
+        return int(limit.max_model_len)
+    return 0
+
+
 def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
     """Alternatives a user can try, each fitted with the same rules."""
     options: list[tuple[str, FitRequest]] = []
+    refused = _refused_length(req, base)
+    if refused:  # the engine does not start: only the length (or its override) changes that
+        shorter = min(refused, base.max_model_len_fit) if base.max_model_len_fit else refused
+        options.append((f"--max-model-len {shorter}", dataclasses.replace(req, max_model_len=shorter)))
+        options.append(("--allow-long-max-model-len", dataclasses.replace(req, allow_long_max_model_len=True)))
+        return _fitted(options)
     if base.kv_dtype not in ("fp8_e4m3", "fp8_e5m2", "int4", "nvfp4"):
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
@@ -113,6 +123,10 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
                         dataclasses.replace(req, gpu_memory_utilization=HIGH_UTILIZATION)))
     if req.weights_memory is None and req.weight_dtype in ("auto", "bf16", "fp16") and base.weight_dtype in ("bf16", "fp16"):
         options.append(("--weight-dtype fp8 (an FP8 checkpoint)", dataclasses.replace(req, weight_dtype="fp8")))
+    return _fitted(options)
+
+
+def _fitted(options: list[tuple[str, FitRequest]]) -> list[WhatIf]:
     out = []
     for label, alt in options:
         try:
@@ -120,6 +134,52 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         except KvplanError as exc:
             out.append(WhatIf(change=label, result=None, error=str(exc)))
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FewestGPUs:
+    """The smallest tp x pp deployment that fits with the same settings (None: none up to ``searched_up_to``)."""
+
+    tp: int = 0
+    pp: int = 0
+    result: FitResult | None = None
+    searched_up_to: int = MAX_GPUS
+    max_tp: int = MAX_TP_IN_NODE
+
+    @property
+    def change(self) -> str:
+        return f"-tp {self.tp} -pp {self.pp}" if self.result else ""  # kvplan's (and vLLM's) short flags
+
+
+def fewest_gpus(req: FitRequest, base: FitResult, alternatives: list[WhatIf]) -> FewestGPUs | None:
+    """When neither the deployment nor any single change fits: the fewest GPUs that do, as tp x pp.
+
+    Counts grow one GPU at a time from the given tp x pp; at each count the largest tensor-parallel size
+    first (up to MAX_TP_IN_NODE), as the engines split heads (``_tp_allowed``: tp divides the attention heads,
+    and divides the KV heads or is a multiple of them; docs/engines.md "Tensor parallelism", vLLM's
+    QKVParallelLinear), with pipeline stages over the layers (pp <= layers).
+    Measured per-GPU weights are rescaled with the GPU count, a measured KV memory and per-rank memories are
+    dropped. None when something already fits, or when the engine refuses the length (more GPUs do not help)."""
+    if base.fits or _refused_length(req, base) or any(w.result is not None and w.result.fits for w in alternatives):
+        return None
+    start = req.tp * req.pp
+    for n in range(start + 1, MAX_GPUS + 1):
+        if base.breakdown.weights * start > n * req.gpu.memory_bytes:
+            continue  # the weights alone, split evenly (what is replicated only adds), overfill every GPU
+        for tp in sorted((t for t in range(1, MAX_TP_IN_NODE + 1) if n % t == 0), reverse=True):
+            pp = n // tp
+            if pp > req.spec.num_layers or not _tp_allowed(req, tp):
+                continue
+            changes: dict = {"tp": tp, "pp": pp, "gpu_memory_per_rank": None, "kv_cache_memory_bytes": None}
+            if req.weights_memory is not None:
+                changes["weights_memory"] = req.weights_memory * start // n
+            try:
+                result = fit(dataclasses.replace(req, **changes))
+            except KvplanError:
+                continue
+            if result.fits:
+                return FewestGPUs(tp=tp, pp=pp, result=result)
+    return FewestGPUs()
 
 
 def _graphs_in_budget(req: FitRequest) -> bool:

@@ -18,11 +18,13 @@ Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
+from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
 from kvplan.core.engines import engine_for, get_engine
 from kvplan.core.engines.sglang import allocated_layers
 from kvplan.core.profiles.sglang import default_fraction
@@ -57,6 +59,36 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
     return round((mem_mib - reserved) / mem_mib, 3)
 
 
+# SGLang refuses a context_length above the one it derives unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is
+# set (0.4.0: python/sglang/srt/configs/model_config.py::ModelConfig.__init__; 0.5.10: the same file,
+# ModelConfig._derive_context_length). Derived (0.4.0: srt/hf_transformers_utils.py::get_context_length; 0.5.10:
+# srt/utils/hf_transformers_utils.py::get_context_length, unchanged): the first of these keys the text config
+# has, times rope_scaling's factor unless rope_scaling names original_max_position_embeddings or rope_type llama3.
+_SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+
+
+def sglang_context_limit(context: dict) -> ContextLimit | None:
+    """SGLang's derived context_length for a model's config keys (``ModelSpec.context_config``)."""
+    key = next((k for k in _SGLANG_LENGTH_KEYS if config_length(context, k)), None)
+    if key is None:
+        return None
+    length = config_length(context, key) or 0
+    limit = ContextLimit(engine="SGLang", max_model_len=length, source=key,
+                         override="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    scaling = context.get("rope_scaling")
+    if scaling is None and rope_factor(context.get("rope_parameters")) not in (None, 1.0):
+        # transformers 5's name: whether SGLang's getattr(config, "rope_scaling") sees it depends on the version
+        return dataclasses.replace(limit, max_model_len=0, source="RoPE factor in rope_parameters")
+    if not isinstance(scaling, dict) or not scaling:
+        return limit
+    factor = rope_factor(scaling) or 1.0
+    # rope_type: transformers copies an older config's `type` into it, which SGLang then reads
+    if "original_max_position_embeddings" in scaling or rope_type(scaling) == "llama3" or factor == 1:
+        return limit
+    return dataclasses.replace(limit, max_model_len=int(factor * length), source=f"{key} x RoPE factor {factor:g}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Pool:
     """One stage's token pools: the full-attention tokens bind the stages (ties: the smaller memory)."""
@@ -69,6 +101,9 @@ class _Pool:
 
 class SGLangBudget(EngineBudget):
     engine = "sglang"
+
+    def context_limit(self, req: FitRequest) -> ContextLimit | None:
+        return sglang_context_limit(req.spec.context_config)
 
     def default_utilization(self, req: FitRequest, profile) -> float:
         return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static)
@@ -133,7 +168,6 @@ class SGLangBudget(EngineBudget):
                           or (isinstance(x, LinearLayer) and x.holds_tokens) for x in pooled)
         window = max(windows) if windows else 0
         swa_pool = (int(full_tokens * SWA_FULL_TOKENS_RATIO) if full_layers else tokens) if windows else 0
-        upper = max(spec.max_model_len, max_len)
 
         def request_fits(length: int) -> bool:
             return (not full_layers or full_tokens >= length) and (not windows or swa_pool >= min(length, window))
@@ -146,7 +180,7 @@ class SGLangBudget(EngineBudget):
         if mamba_slots is not None:
             limits.append(float(mamba_slots))
         concurrency = min(limits) if limits and rest > 0 else 0.0
-        lo, hi = 0, upper  # the longest context one request can have
+        lo, hi = 0, max_len  # the longest context one request can have, up to max_model_len (FitResult)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)
@@ -157,7 +191,7 @@ class SGLangBudget(EngineBudget):
                            f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
         elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
             reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold "
-                           f"one request of {max_len:,} tokens; the longest that fits is {max_fit:,}")
+                           f"one request of {max_len:,} tokens; the longest that fits: --max-model-len {max_fit}")
         notes = []
         reserve = stage.memory_bytes - max(0, rest) - w - nt
         if reserve < a + cg:

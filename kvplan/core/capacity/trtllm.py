@@ -11,11 +11,44 @@ Sources (NVIDIA/TensorRT-LLM; details in docs/engine-research.md):
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
+from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import size_kv, slot_bytes_per_gpu
+
+
+# TensorRT-LLM (PyTorch backend) starts with its inferred max_seq_len when the one given is longer, with a
+# warning (tensorrt_llm/_torch/pyexecutor/model_engine.py::PyTorchModelEngine._init_max_seq_len, read at
+# NVIDIA/TensorRT-LLM@001e67005b4f). Inferred (_infer_max_seq_len_from_config): the top-level config's
+# max_position_embeddings (else text_config's, else 2048) times rope_scaling's factor unless the rope type is
+# su, longrope, llama3 or yarn, rounded up. Later sources keep the longer value when TLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+# (same function; NVIDIA's 1.3.0rc9 deployment guides set it). A model class with its own infer_max_seq_len
+# (multimodal models) decides for itself: not derived here.
+_TRTLLM_UNSCALED = ("su", "longrope", "llama3", "yarn")
+
+
+def trtllm_context_limit(context: dict, raw_config: dict) -> ContextLimit | None:
+    """TensorRT-LLM's inferred max_seq_len for a model's config (``ModelSpec.context_config``, ``raw_config``)."""
+    length = config_length(context, "max_position_embeddings")
+    if length is None:
+        return None
+    limit = ContextLimit(engine="TensorRT-LLM", max_model_len=length, source="max_position_embeddings",
+                         override="TLLM_ALLOW_LONG_MAX_MODEL_LEN=1", clamps=True)
+    if isinstance(raw_config.get("text_config"), dict):
+        return dataclasses.replace(limit, max_model_len=0, source="a multimodal config: the model class infers it")
+    scaling = context.get("rope_scaling")
+    if scaling is None and rope_factor(context.get("rope_parameters")) not in (None, 1.0):
+        return dataclasses.replace(limit, max_model_len=0, source="RoPE factor in rope_parameters")
+    factor = rope_factor(scaling)
+    if factor is None or factor == 1 or rope_type(scaling) in _TRTLLM_UNSCALED:  # type: ignore[arg-type]
+        return limit
+    return dataclasses.replace(limit, max_model_len=math.ceil(length * factor),
+                               source=f"max_position_embeddings x RoPE factor {factor:g}")
 
 
 class TRTLLMBudget(EngineBudget):
@@ -24,6 +57,9 @@ class TRTLLMBudget(EngineBudget):
 
     def default_utilization(self, req: FitRequest, profile) -> float:
         return profile.rules.default_free_fraction
+
+    def context_limit(self, req: FitRequest) -> ContextLimit | None:
+        return trtllm_context_limit(req.spec.context_config, req.spec.raw_config)
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         return (get_engine("trtllm", block_size=req.block_size) if req.block_size else get_engine("trtllm")), []
@@ -53,7 +89,7 @@ class TRTLLMBudget(EngineBudget):
 
         need = per_request(max_len)
         concurrency = max(0, kv) / need if need else 0.0
-        lo, hi = 0, max(spec.max_model_len, max_len)
+        lo, hi = 0, max_len  # the longest context one request can have, up to max_model_len (FitResult)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if per_request(mid) <= kv else (lo, mid - 1)
@@ -64,7 +100,7 @@ class TRTLLMBudget(EngineBudget):
                            f"(short by {-kv / frac / GiB:.2f} GiB)")
         elif need > kv:
             reasons.append(f"one request of {max_len:,} tokens needs {need / GiB:.2f} GiB of KV cache, {kv / GiB:.2f} "
-                           f"GiB available; the longest that fits is {lo:,}")
+                           f"GiB available; the longest that fits: --max-model-len {lo}")
         return Capacity(
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=eng.block_size,
             page_size_bytes=eng.block_size * bytes_per_token, num_blocks=tokens // eng.block_size,

@@ -14,12 +14,14 @@ Sources (vllm-project/vllm; details and commits in docs/engine-research.md):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
+from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
 from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, importable from here too)
     DEFAULT_BLOCK_SIZE,
     Bucket,
@@ -59,6 +61,43 @@ def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int) -> int:
     if not rules.in_flight_admission:
         return mnbt
     return mnbt * (2 if rules.async_default and pp == 1 else pp)
+
+
+# vLLM refuses a max_model_len above the length it derives from the config unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+# is set (0.6.2: vllm/config.py::_get_and_verify_max_len; 0.33.0: vllm/config/model.py::_get_and_verify_max_len,
+# the keys in vllm/transformers_utils/model_arch_config_convertor.py::derive_max_model_len_and_key; the variable
+# came with vLLM PR #7080, 0.5.4, before every profile). Derived: the smallest of these keys, or
+# model_max_length when the config gives it (0.33 takes it; 0.6.2 accepts up to it), times the RoPE factor of a
+# rope type other than su, longrope and llama3; 0.33 also leaves YaRN and Gemma 3 unscaled where 0.6.2 takes
+# original_max_position_embeddings x factor for YaRN. Only `vllm serve` of a pooling model with absolute positions
+# also reads the tokenizer's model_max_length (0.33.0: ModelConfig.get_and_verify_max_len).
+_VLLM_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                     "max_sequence_length", "max_seq_length", "seq_len")
+_VLLM_UNSCALED = ("su", "longrope", "llama3")
+
+
+def vllm_context_limit(context: dict) -> ContextLimit | None:
+    """vLLM's derived max_model_len for a model's config keys (``ModelSpec.context_config``); max_model_len 0
+    where the releases treat its RoPE scaling differently."""
+    found = {key: n for key in _VLLM_LENGTH_KEYS if (n := config_length(context, key))}
+    if not found:
+        return None
+    key = "model_max_length" if "model_max_length" in found else min(found, key=lambda k: found[k])
+    length = found[key]
+    limit = ContextLimit(engine="vLLM", max_model_len=length, source=key, override="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    scaling = context.get("rope_scaling", context.get("rope_parameters"))
+    factor = rope_factor(scaling)
+    if factor is None or factor == 1 or rope_type(scaling) in _VLLM_UNSCALED:
+        if isinstance(scaling, dict) and scaling and all(isinstance(v, dict) for v in scaling.values()):
+            # per-layer-type RoPE parameters (transformers 5): a factor in any of them is read by 0.33 only
+            if any(rope_factor(v) not in (None, 1.0) for v in scaling.values()):
+                return dataclasses.replace(limit, max_model_len=0, source="per-layer RoPE factors")
+        return limit
+    original = config_length(scaling, "original_max_position_embeddings")  # type: ignore[arg-type]
+    if rope_type(scaling) == "yarn" and key != "model_max_length" and original and original * factor == length:
+        return limit  # 0.6.2's original x factor and 0.33's unscaled length agree
+    return dataclasses.replace(limit, max_model_len=0, source=(
+        f"RoPE {rope_type(scaling)} factor {factor:g}: releases differ in applying it"))
 
 
 def _rank_memory(req: FitRequest) -> list[int]:
@@ -101,6 +140,9 @@ class VLLMBudget(EngineBudget):
 
     def default_utilization(self, req: FitRequest, profile) -> float:
         return profile.rules.default_utilization
+
+    def context_limit(self, req: FitRequest) -> ContextLimit | None:
+        return vllm_context_limit(req.spec.context_config)
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         rules: VLLMRules = profile.rules
@@ -205,9 +247,9 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
             reasons.append(f"no context fits: one block per layer group needs {layout.pool_block_bytes / GiB:.2f} GiB "
                            f"of KV cache, {max(0, avail) / GiB:.2f} GiB available")
         else:
-            reasons.append(f"one request of max_model_len {max_len:,} needs {needed / GiB:.2f} GiB of KV cache, "
-                           f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits is "
-                           f"{plan.estimated_max_model_len:,}")
+            reasons.append(f"one request of max_model_len {max_len} needs {needed / GiB:.2f} GiB of KV cache, "
+                           f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits: --max-model-len "
+                           f"{plan.estimated_max_model_len}")
     slack = memory - requested
     if v.graphs and not subtract_graphs and req.kv_cache_memory_bytes is None and c.cuda_graph > slack:
         # before 0.20 the KV cache takes the whole budget first; the graphs are captured afterwards in what is

@@ -64,7 +64,7 @@ def test_vllm_max_model_len_estimate_is_the_largest_that_fits():
     r = fit(given(spec=load_model("llama3-8b"), kv_cache_memory_bytes=GiB // 2, max_model_len=8192,
                   profile=vllm("0.28.0")))
     assert not r.fits and r.max_model_len_fit == 4096
-    assert "the longest that fits is 4,096" in r.reasons[0]
+    assert "the longest that fits: --max-model-len 4096" in r.reasons[0]
 
 
 def test_gemma3_hybrid_groups_like_vllm():

@@ -32,10 +32,11 @@ class UnmodeledError(ConfigError):
     """A config whose model_type or layer kinds kvplan does not model: refused rather than sized wrong. It carries
     the config, so that ``--engine hf`` can measure transformers' own cache for it instead (kvplan.validate.meta)."""
 
-    def __init__(self, message: str, *, config: dict | None = None, model_type: str = "") -> None:
+    def __init__(self, message: str, *, config: dict | None = None, model_type: str = "", what: str = "") -> None:
         super().__init__(message)
         self.config = config or {}
         self.model_type = model_type
+        self.what = what or message  # what is not modelled, without the file's name or the hint
 
 
 class HubError(ConfigError):

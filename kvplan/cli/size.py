@@ -16,7 +16,7 @@ from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
 from kvplan.core.spec import CompressedLayer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
-from kvplan.errors import InputError
+from kvplan.errors import InputError, UnmodeledError
 from kvplan.io.models import bundled_index, bundled_published, load_bundled, resolve_model
 
 console = make_console()
@@ -126,7 +126,14 @@ def size(
     get_engine(choice.name, block_size=block_size, profile=choice.profile)
     if kv_cache_dtype != "auto":
         get_dtype(kv_cache_dtype)
-    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    try:
+        resolved = resolve_model(model, fetch=fetch, revision=revision)
+    except UnmodeledError as exc:
+        if choice.name != "hf":
+            raise
+        _size_measured(exc, model, choice, batch=batch, seq_len=seq_len, tp=tp, pp=pp,
+                       kv_cache_dtype=kv_cache_dtype, block_size=block_size, as_json=as_json)
+        return
     spec = resolved.spec
     say_fetched(resolved.hub, as_json)
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
@@ -144,6 +151,56 @@ def size(
     rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")
     _render_size(spec, result, rules, defaulted, ideal)
     for note in extra:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _size_measured(error: UnmodeledError, model: str, choice: Any, *, batch: int, seq_len: Optional[int], tp: int,
+                   pp: int, kv_cache_dtype: str, block_size: Optional[int], as_json: bool) -> None:
+    """``--engine hf`` on a config kvplan does not model: transformers' own cache for it, measured on the meta device
+    (kvplan.validate.meta), for one GPU and the model's dtype."""
+    from kvplan.validate.meta import max_positions, measure_unmodeled
+
+    for given, flag in ((tp != 1, "-tp"), (pp != 1, "-pp"), (kv_cache_dtype != "auto", "--kv-cache-dtype"),
+                        (block_size is not None, "--block-size")):
+        if given:
+            raise InputError(f"{error.what}; measuring transformers' cache instead takes no {flag} (one device, the "
+                             "model's dtype): leave it out")
+    defaulted = seq_len is None
+    seq = seq_len if seq_len is not None else max_positions(error.config)
+    if not seq:
+        raise InputError(f"{model}: the config gives no maximum context to measure at; pass --seq-len")
+    m = measure_unmodeled(error, batch=batch, seq_len=seq, origin=model)
+    notes = [f"{error.what}: transformers {m.transformers_version}'s own cache was measured instead, on the meta device "
+             "(a prefill and a decode step, no weights, nothing downloaded)"]
+    if choice.asked and choice.asked != m.transformers_version:
+        notes.append(f"measured with the installed transformers {m.transformers_version}, not {choice.asked}")
+    if as_json:
+        print_json({
+            "model": model, "engine": "hf", "engine_version": m.transformers_version, "measured": True,
+            "kv_cache_dtype": m.dtype, "batch": batch, "seq_len": seq, "seq_len_is_model_max": defaulted,
+            "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "num_gpus": 1, "block_size": 1,
+            "bytes_per_token": None, "bytes_per_token_per_gpu": None,
+            "bytes_per_sequence": m.total_bytes // batch if m.total_bytes % batch == 0 else None,
+            "total_bytes": m.total_bytes, "per_gpu_bytes": m.total_bytes, "token_state_bytes": None,
+            "layers": [{"kind": "measured", "description": "measured", "count": len(idx), "layer_indices": idx,
+                        "bytes": held * len(idx), "per_gpu_bytes": held * len(idx)}
+                       for held, idx in m.layer_groups()],
+            "notes": notes, "fetched": None,
+        })
+        return
+    console.print(f"[bold]{model}[/]  engine [cyan]hf[/]: measured, transformers {m.transformers_version} on the meta "
+                  "device")
+    console.print(f"cache dtype {m.dtype} | batch {batch:,} x {seq:,} tokens"
+                  f"{' (the model max context; set --seq-len)' if defaulted else ''} | 1 GPU")
+    table = new_table("layers", "bytes per layer", "total", numeric=("bytes per layer", "total"), no_wrap=("layers",),
+                      title="Per layer group (measured)")
+    for held, idx in m.layer_groups():
+        table.add_row(f"{len(idx)} x [{format_indices(idx)}]", format_bytes(held), format_bytes(held * len(idx)))
+    print_table(console, table)
+    summary = summary_table()
+    summary.add_row("total (1 GPU)", bytes_cell(m.total_bytes))
+    print_table(console, summary)
+    for note in notes:
         console.print(f"[yellow]note:[/] {note}")
 
 
@@ -301,7 +358,14 @@ def show(
     revision: Optional[str] = REVISION_OPTION,
 ) -> None:
     """The parsed model spec, layer by layer."""
-    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    try:
+        resolved = resolve_model(model, fetch=fetch, revision=revision)
+    except UnmodeledError as exc:
+        if choice.name != "hf":
+            raise
+        _size_measured(exc, model, choice, batch=batch, seq_len=seq_len, tp=tp, pp=pp,
+                       kv_cache_dtype=kv_cache_dtype, block_size=block_size, as_json=as_json)
+        return
     spec = resolved.spec
     say_fetched(resolved.hub, as_json)
     rows = _layer_rows(spec)

@@ -199,6 +199,11 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 _MEASURE_HINT = "; `--engine hf` measures transformers' own cache for this config instead (needs torch and transformers)"
 
 
+def unmodeled(origin: str, what: str, *, config: dict[str, Any], model_type: str) -> UnmodeledError:
+    """The refusal of something kvplan does not model, naming it, with the way to measure it instead."""
+    return UnmodeledError(f"{origin}: {what}{_MEASURE_HINT}", config=config, model_type=model_type, what=what)
+
+
 def _num_layers(cfg: _Cfg) -> int:
     """num_hidden_layers (or its other names); where transformers 5.x derives it from a per-layer list and writes
     none (NemotronHConfig: ``layers_block_type`` / ``hybrid_override_pattern``), that list's length."""
@@ -220,8 +225,8 @@ def _check_model_type(raw: dict[str, Any], model_type: str, origin: str, notes: 
     for name in dict.fromkeys((outer, model_type)):
         reason = not_modeled_reason(name)
         if reason is not None:
-            raise UnmodeledError(f"{origin}: kvplan does not model model_type {name!r}: {reason}{_MEASURE_HINT}",
-                                 config=raw, model_type=name)
+            raise unmodeled(origin, f"kvplan does not model model_type {name!r}: {reason}", config=raw,
+                            model_type=name)
     if not is_checked(model_type, FAMILY_TYPES):
         what = f"model_type {model_type!r} is not one" if model_type else "the config names no model_type, so not one"
         notes.append(f"{what} kvplan has checked against transformers' cache: its layers are read as plain decoder "
@@ -295,8 +300,8 @@ def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) 
                                   "name per layer, such as full_attention")
             if t not in _LAYER_TYPE_KINDS:
                 known = ", ".join(sorted(_LAYER_TYPE_KINDS))
-                raise UnmodeledError(f"{cfg.origin}: layer_types[{i}] = {_show(t)} is not a layer type kvplan "
-                                     f"models ({known}){_MEASURE_HINT}", config=cfg.data, model_type=model_type)
+                raise unmodeled(cfg.origin, f"layer_types[{i}] = {_show(t)} is not a layer type kvplan models ({known})",
+                                config=cfg.data, model_type=model_type)
             kinds.append(_LAYER_TYPE_KINDS[t])
         if LayerKind.SLIDING in kinds and not cfg.has("sliding_window"):
             raise ConfigError(f"{cfg.origin}: layer_types has sliding_attention layers but sliding_window is missing")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, UnmodeledError
 from kvplan.io.hf_config import spec_from_hf_config
 
 
@@ -116,3 +116,67 @@ def test_gpt2_keys():
 def test_malformed_configs_name_the_file_and_key(cfg, match):
     with pytest.raises(ConfigError, match=f"cfg.json: .*{match}"):
         spec_from_hf_config(cfg, name="t", origin="cfg.json")
+
+
+# -- configs as transformers 5.x writes them, and architectures kvplan does not model ------------------------------
+
+def test_head_dim_written_as_null_is_derived():
+    """transformers 5.x writes ``head_dim: null`` where the attention derives it (MinistralConfig, HunYuan)."""
+    assert spec(**LLAMA, head_dim=None).layers[0].k_head_dim == 4096 // 32
+
+
+def test_a_derived_head_dim_that_is_not_an_integer_is_refused_not_truncated():
+    """transformers' own attention floors hidden / heads (Glm4MoeConfig's defaults, 4096 / 96, give 42 there); kvplan
+    refuses to guess which the checkpoint means."""
+    with pytest.raises(ConfigError, match="hidden_size 6000 is not a multiple of num_attention_heads 64"):
+        spec(**dict(LLAMA, hidden_size=6000, num_attention_heads=64, num_key_value_heads=8))
+    with pytest.raises(ConfigError, match="not a multiple"):
+        spec(model_type="glm4_moe", hidden_size=4096, num_hidden_layers=2, num_attention_heads=96,
+             num_key_value_heads=8, torch_dtype="bfloat16")
+
+
+def test_nemotron_h_without_num_hidden_layers_counts_its_block_list():
+    """NemotronHConfig (5.x) derives num_hidden_layers from layers_block_type and writes only the list."""
+    s = spec(model_type="nemotron_h", hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+             mamba_num_heads=8, mamba_head_dim=32, ssm_state_size=16, n_groups=2,
+             layers_block_type=["linear_attention", "moe", "full_attention", "mlp"])
+    assert s.num_layers == 4
+    assert [layer.kind for layer in s.layers] == [LayerKind.LINEAR, LayerKind.NONE, LayerKind.FULL, LayerKind.NONE]
+
+
+def test_mla_without_a_rope_part_reads():
+    s = spec(model_type="deepseek_v3", hidden_size=1024, num_hidden_layers=2, num_attention_heads=8,
+             kv_lora_rank=256, qk_rope_head_dim=0, qk_nope_head_dim=64, v_head_dim=64, torch_dtype="bfloat16")
+    assert s.layers[0].latent_dim == 256
+
+
+def test_a_window_beside_full_attention_only_is_not_read():
+    """Qwen2MoeConfig writes sliding_window 0 with use_sliding_window false: no layer slides, no window is read."""
+    s = spec(**dict(LLAMA, model_type="qwen2_moe", sliding_window=0, use_sliding_window=False))
+    assert {layer.kind for layer in s.layers} == {LayerKind.FULL}
+
+
+def test_an_unknown_model_type_is_read_with_a_note_saying_it_is_unchecked():
+    s = spec(**dict(LLAMA, model_type="my_new_llama"))
+    assert any("model_type 'my_new_llama' is not one kvplan has checked" in n for n in s.notes)
+    assert not any("has checked" in n for n in spec(**LLAMA).notes)  # llama is checked: no note
+
+
+@pytest.mark.parametrize("change,names", [
+    ({"model_type": "mamba"}, "model_type 'mamba'"),
+    ({"model_type": "bart"}, "encoder-decoder"),
+    ({"layer_types": ["full_attention", "indexed_attention"] * 16}, "'indexed_attention' is not a layer type"),
+    ({"layer_types": ["hybrid_sliding"] * 32}, "'hybrid_sliding'"),
+])
+def test_what_kvplan_does_not_model_is_refused_by_name_with_the_config(change, names):
+    with pytest.raises(UnmodeledError, match=names) as info:
+        spec(**dict(LLAMA, **change))
+    message = str(info.value)
+    assert message.startswith("cfg.json: ") and "\n" not in message and "--engine hf" in message
+    assert info.value.config["hidden_size"] == 4096 and info.value.what in message
+
+
+def test_a_multimodal_wrapper_kvplan_refuses_is_refused_whatever_its_text_model():
+    """Llama 3.2 Vision (mllama) nests a llama-like text model whose cross-attention layers cache the image."""
+    with pytest.raises(UnmodeledError, match="'mllama'"):
+        spec(model_type="mllama", text_config=dict(LLAMA, model_type="mllama_text_model"))

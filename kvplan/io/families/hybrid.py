@@ -31,8 +31,8 @@ from typing import Any
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, MoEShape, NoCacheLayer
-from kvplan.errors import ConfigError, InputError, UnmodeledError
-from kvplan.io.hf_config import _MEASURE_HINT, _Cfg, _linear_layer, _num_kv_heads, _num_layers
+from kvplan.errors import ConfigError, InputError
+from kvplan.io.hf_config import _Cfg, _linear_layer, _num_kv_heads, _num_layers, unmodeled
 
 MODEL_TYPES: tuple[str, ...] = (
     "kimi_linear", "minimax", "minimax_text_01", "minimax_m1", "nemotron_h", "granitemoehybrid", "bamba",
@@ -206,9 +206,9 @@ def _nemotron_types(cfg: _Cfg, num_layers: int, notes: list[str]) -> list[str]:
                 raise ConfigError(f"{cfg.origin}: {key} must list mamba/attention/mlp/moe per layer")
             unknown = sorted({t for t in kinds if t not in _NEMOTRON_TYPES})
             if unknown:
-                raise UnmodeledError(f"{cfg.origin}: {key} holds a block kvplan does not model: "
-                                     f"{', '.join(map(repr, unknown[:3]))} (it models {', '.join(_NEMOTRON_TYPES)})"
-                                     f"{_MEASURE_HINT}", config=cfg.data, model_type="nemotron_h")
+                raise unmodeled(cfg.origin, f"{key} holds a block kvplan does not model: "
+                                f"{', '.join(map(repr, unknown[:3]))} (it models {', '.join(_NEMOTRON_TYPES)})",
+                                config=cfg.data, model_type="nemotron_h")
             to_char = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
                        "moe": "E"}
             return [to_char[t] for t in kinds]
@@ -220,9 +220,9 @@ def _nemotron_types(cfg: _Cfg, num_layers: int, notes: list[str]) -> list[str]:
         raise ConfigError(f"{cfg.origin}: hybrid_override_pattern has {len(pattern):,} layers; at most 4096")
     unknown = sorted({c for c in pattern if c not in _NEMOTRON_PATTERN})
     if unknown:
-        raise UnmodeledError(f"{cfg.origin}: hybrid_override_pattern holds a block kvplan does not model: "
-                             f"{', '.join(map(repr, unknown[:3]))} (it models M Mamba-2, * attention, - MLP, E MoE)"
-                             f"{_MEASURE_HINT}", config=cfg.data, model_type="nemotron_h")
+        raise unmodeled(cfg.origin, "hybrid_override_pattern holds a block kvplan does not model: "
+                        f"{', '.join(map(repr, unknown[:3]))} (it models M Mamba-2, * attention, - MLP, E MoE)",
+                        config=cfg.data, model_type="nemotron_h")
     if len(pattern) != num_layers:
         notes.append(f"hybrid_override_pattern has {len(pattern)} layers, num_hidden_layers says {num_layers}: "
                      "the pattern wins, as in transformers' NemotronHConfig")

@@ -241,13 +241,14 @@ def measure(budget: Budget, origin: Path) -> Measured:
         from kvplan.core.sim.model import allocator_spec
         from kvplan.errors import ConfigError
         from kvplan.io.examples import resolve_input
+        from kvplan.io.paths import probe
         from kvplan.io.workload import resolve_workload
 
         assert budget.workload is not None
         path = Path(budget.workload)
         path = path if path.is_absolute() else origin.parent / path
         try:
-            path = resolve_input(path if path.exists() else budget.workload, "workload")
+            path = resolve_input(path if probe(path) is not None else budget.workload, "workload")
         except ConfigError as exc:
             raise ConfigError(f"{origin}: budget {budget.name!r}: workload {exc}") from None
         w = resolve_workload(path)

@@ -18,6 +18,7 @@ from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, Sim
                                    allocator_spec)
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthetic_columns
 from kvplan.errors import ConfigError, InputError, KvplanError
+from kvplan.io.paths import probe, shown
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
 
@@ -362,7 +363,7 @@ def _seconds(value: str) -> float:
         try:
             if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
                 head, frac = text.split(".", 1)
-                if not frac.isdigit():
+                if not (frac.isascii() and frac.isdigit()):
                     raise ValueError(value)
                 seconds = datetime.fromisoformat(head).timestamp() + float("0." + frac)
             else:
@@ -481,6 +482,18 @@ def load_workload_file(path: Path) -> WorkloadFile:
     return model
 
 
+def trace_file(origin: Path, trace: str) -> Path:
+    """``requests.trace`` of the workload file ``origin``: absolute, or relative to the file's folder."""
+    path = Path(trace) if Path(trace).is_absolute() else origin.parent / trace
+    try:
+        found = probe(path) is not None
+    except ConfigError as exc:  # the OS refused the path: say which file named it
+        raise ConfigError(f"{origin}: requests.trace: {exc}") from None
+    if not found:
+        raise ConfigError(f"{origin}: requests.trace: {shown(path)}: no such file")
+    return path
+
+
 def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
                    notes: list[str] | None = None) -> RequestArrays:
     """The requests; ``notes`` gets a line when prompts shorter than the shared prefix were raised to it."""
@@ -491,9 +504,7 @@ def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
     n = max(sh.parallel_sampling, sh.beam_width)
     prefix = sh.shared_prefix_tokens
     if r.trace:
-        path = Path(r.trace) if Path(r.trace).is_absolute() else base / r.trace
-        if not path.is_file():
-            raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
+        path = trace_file(origin, r.trace)
         rows = read_trace(path, r.limit)
         times = [t / r.time_scale for t, _, _ in rows]
         prompts = [p for _, p, _ in rows]

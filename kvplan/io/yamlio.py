@@ -23,6 +23,7 @@ import yaml
 
 from kvplan.core.units import GiB
 from kvplan.errors import ConfigError
+from kvplan.io.paths import os_error, probe, shown
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -46,18 +47,15 @@ def _size(n: int) -> str:
 
 def open_regular(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> BinaryIO:
     """Open a regular file for binary reading, refusing anything else before it can block."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    st = probe(path)  # what the OS refuses (permission, a name too long, a NUL byte) is a ConfigError
+    if st is None:
+        raise ConfigError(f"{shown(path)}: no such file")
     _check_stat(path, st, max_bytes)
     try:
         # O_NONBLOCK: should a FIFO be swapped in after the stat, open() still returns at once.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        raise os_error(path, exc) from None
     try:
         _check_stat(path, os.fstat(fd), max_bytes)
     except BaseException:
@@ -102,7 +100,7 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+            raise os_error(path, exc) from None
     if len(data) > max_bytes:  # grew after the stat
         raise ConfigError(f"{path}: is over kvplan's {_size(max_bytes)} limit for this input")
     return _decode(path, data.removeprefix(b"\xef\xbb\xbf"), 1, 0)
@@ -118,7 +116,7 @@ def iter_lines(path: Path, *, max_bytes: int = MAX_STREAM_BYTES,
             try:
                 raw = fh.readline(max_line_bytes + 1)
             except OSError as exc:
-                raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+                raise os_error(path, exc) from None
             if not raw:
                 return
             number += 1

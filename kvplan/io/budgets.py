@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kvplan.core.sizing import MAX_BATCH, MAX_SEQ_LEN
 from kvplan.core.units import GiB
 from kvplan.errors import KvplanError
+from kvplan.io.filekinds import expect_kind
 from kvplan.io.yamlio import load_yaml, parse_model
 
 Size = str | int  # "80GiB", "512KiB", or plain bytes
@@ -156,7 +157,9 @@ def budgets_schema() -> dict:
 
 
 def load_budgets(path: Path) -> BudgetsFile:
-    model = parse_model(path, BudgetsFile, load_yaml(path))
+    data = load_yaml(path)
+    expect_kind(path, data, "budgets")  # empty, or a workload file given to `kvplan check`
+    model = parse_model(path, BudgetsFile, data)
     assert isinstance(model, BudgetsFile)
     return model
 

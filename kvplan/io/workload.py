@@ -18,6 +18,7 @@ from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, Sim
                                    allocator_spec)
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthetic_columns
 from kvplan.errors import ConfigError, InputError, KvplanError
+from kvplan.io.filekinds import expect_kind
 from kvplan.io.paths import probe, shown
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
@@ -477,6 +478,7 @@ def _length(spec: Length, base: Path) -> LengthDist:
 
 def load_workload_file(path: Path) -> WorkloadFile:
     data = load_yaml(path)
+    expect_kind(path, data, "workload")  # empty, or a budgets file given to `kvplan simulate`
     model = parse_model(path, WorkloadFile, data)
     assert isinstance(model, WorkloadFile)
     return model

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvplan.io.filekinds import expect_kind
 from kvplan.io.yamlio import load_yaml, parse_model
 from kvplan.validate.run import Case, ComponentResult
 
@@ -31,7 +32,9 @@ class MatrixFile(BaseModel):
 
 
 def load_matrix(path: Path) -> list[Case]:
-    matrix = parse_model(path, MatrixFile, load_yaml(path))
+    data = load_yaml(path)
+    expect_kind(path, data, "matrix")
+    matrix = parse_model(path, MatrixFile, data)
     assert isinstance(matrix, MatrixFile)
     out = []
     for c in matrix.cases:

@@ -12,6 +12,7 @@ from kvplan.core.sizing import MAX_BATCH, MAX_SEQ_LEN
 from kvplan.core.units import GiB
 from kvplan.errors import KvplanError
 from kvplan.io.filekinds import expect_kind
+from kvplan.io.units import length_before
 from kvplan.io.yamlio import load_yaml, parse_model
 
 Size = str | int  # "80GiB", "512KiB", or plain bytes
@@ -87,14 +88,19 @@ class Budget(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))
     max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
-        "Longest request in tokens (default: the model's max_position_embeddings)."))
+        "Longest request in tokens, e.g. 32768 or 32k (default: the model's max_position_embeddings)."))
     batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
-        "Tokens per sequence for max_kv_bytes (default max_model_len)."))
+        "Tokens per sequence for max_kv_bytes, e.g. 8192 or 8k (default max_model_len)."))
     workload: str | None = Field(None, description=(
         "A workload file (`kvplan simulate`) relative to this file, or a bundled workload's name (`kvplan examples`)."))
     allocator: str = Field("paged-16", description="Allocator whose simulation the limits apply to (default paged-16).")
     require: Require = Field(description="The limits; at least one.")
+
+    @field_validator("max_model_len", "seq_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 32k as `--max-model-len 32k` reads it
 
     @field_validator("gpu_memory")
     @classmethod

@@ -20,7 +20,7 @@ from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthet
 from kvplan.errors import ConfigError, InputError, KvplanError
 from kvplan.io.filekinds import expect_kind
 from kvplan.io.paths import probe, shown
-from kvplan.io.units import parse_size
+from kvplan.io.units import length_before, parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
@@ -264,9 +264,10 @@ class Scheduler(_Strict):
     max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default 256 "
                                                                  "(vLLM V0's default).")
     max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description=(
-        "Prompt tokens admitted per step. Default max(max_model_len, 2048), vLLM's without chunked prefill."))
+        "Prompt tokens admitted per step, e.g. 8192 or 8k. Default max(max_model_len, 2048), vLLM's without "
+        "chunked prefill."))
     max_model_len: int | None = Field(None, ge=2, le=MAX_MODEL_LEN, description="Longest sequence, prompt plus "
-                                      "output; default: the model's positions.")
+                                      "output, e.g. 2048 or 2k; default: the model's positions.")
     preemption: Literal["recompute", "swap"] = Field("recompute", description="When a paged pool runs out: drop "
                                                      "and prefill again (recompute) or swap to CPU. Default recompute.")
     model: Literal["auto", "event", "vllm-v1"] = Field("auto", description=(
@@ -282,6 +283,11 @@ class Scheduler(_Strict):
         "vllm-v1: two batches in flight, each scheduled before the previous one's output is back (finished "
         "requests free their blocks a step later; sliding windows free on the processed tokens). Default: the "
         "engine release's (on from vLLM 0.14.0)."))
+
+    @field_validator("max_num_batched_tokens", "max_model_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 8k as `--max-model-len 8k` reads it
 
 
 class StepTime(_Strict):

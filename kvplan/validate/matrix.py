@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvplan.io.filekinds import expect_kind
+from kvplan.io.units import length_before
 from kvplan.io.yamlio import load_yaml, parse_model
 from kvplan.validate.run import Case, ComponentResult
 
@@ -23,6 +24,11 @@ class MatrixCase(BaseModel):
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     layers: int | None = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("seq_len", "prompt_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 2k as `--seq-len 2k` reads it
 
 
 class MatrixFile(BaseModel):

@@ -7,7 +7,6 @@ asked with ``--fetch`` or ``KVPLAN_FETCH=1``) the Hugging Face Hub, config.json 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import stat
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from kvplan.core.spec import ModelSpec
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.io.paths import probe, shown, user_path
+from kvplan.io.suggest import suggestions
 from kvplan.io.yamlio import load_json, load_yaml, parse_model
 
 if TYPE_CHECKING:  # kvplan.io.hub is imported when a reference looks like a hub id (org/name), not before
@@ -267,9 +267,8 @@ def resolve_model(ref: str, *, fetch: bool | None = None, revision: str | None =
         return ResolvedModel(_with_note(load_bundled(variant[0]), note))
     if ref.startswith((".", "/", "~")):
         raise ConfigError(f"{shown(ref)}: no such file")
-    names = [e.name for e in bundled_index().values()]
-    aliases = [a for e in bundled_index().values() for a in e.aliases]
-    close = difflib.get_close_matches(ref.lower(), [n.lower() for n in names + aliases], n=3, cutoff=0.5)
+    close = suggestions(ref, [(n, e.name) for e in bundled_index().values() for n in (e.name, *e.aliases)],
+                        cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     if hubio is not None and hub_id:
         raise InputError(f"unknown model {ref!r}{hint}: not bundled (see `kvplan models`) and not in the local "

@@ -11,6 +11,7 @@ import typer
 from kvplan.cli.root import app
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
+from kvplan.cli.options import tokens
 from kvplan.errors import HubError, KvplanError
 
 if TYPE_CHECKING:  # imported when the command runs, keeping `kvplan size` start-up small
@@ -158,12 +159,13 @@ def explain(
                                                                         "catalog (default: from --gpu or the log)."),
     tp: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="Tensor parallel size (default: "
                                                                                "the log's, else 1)."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the log's "
-                                                                              "max_seq_len or concurrency line, "
-                                                                              "else the model's)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", parser=tokens("--max-model-len"),
+                                                help="Context length (default: the log's max_seq_len or "
+                                                     "concurrency line, else the model's)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", help="Tokens of the profiling batch (default: the log's, else the "
-                                               "release's OpenAI-server default; the LLM class uses more)."),
+        None, "--max-num-batched-tokens", parser=tokens("--max-num-batched-tokens"),
+        help="Tokens of the profiling batch (default: the log's, else the release's OpenAI-server default; the "
+             "LLM class uses more)."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per batch (default: the "
                                                                             "release's default for the GPU)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vllm==X.Y.Z: the release that wrote the log "

@@ -10,6 +10,7 @@ import typer
 from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
+from kvplan.cli.options import LENGTH_HINT, tokens
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
@@ -95,10 +96,10 @@ def fit_cmd(
         None, "--gpu-memory-utilization",
         help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction "
              "(default: the release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
-                                                help="Context per request (default: the model's "
-                                                     "max_position_embeddings, or the engine's own length where "
-                                                     "it derives a shorter one); past the model's, see "
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", parser=tokens("--max-model-len", auto=True),
+                                                help=f"Context per request, e.g. {LENGTH_HINT} (default: the "
+                                                     "model's max_position_embeddings, or the engine's own length "
+                                                     "where it derives a shorter one); past the model's, see "
                                                      "--allow-long-max-model-len; -1: the longest that fits "
                                                      "(vLLM's auto-fit, from 0.14; vLLM only)."),
     allow_long: bool = typer.Option(False, "--allow-long-max-model-len",
@@ -124,7 +125,7 @@ def fit_cmd(
                                                                             "on GPUs of 70 GiB or more other than "
                                                                             "A100, else 256)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens",
+        None, "--max-num-batched-tokens", parser=tokens("--max-num-batched-tokens"),
         help="Tokens per step, which sizes the profiling run (default: the vLLM release's: V0 max(max_model_len, "
              "2048), 2048 above 32K; V1 8192 on GPUs of 70 GiB or more other than A100, 16384 on B200 from 0.28, "
              "else 2048)."),

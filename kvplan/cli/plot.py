@@ -4,7 +4,7 @@ for a vllm-v1 run, the pool's usage and the requests running and waiting over si
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvplan.core.sim.model import SimResult
 
@@ -57,7 +57,7 @@ def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_ar
     bar.set_xlim(0, 1)
     bar.set_title("time-averaged share of the KV pool (busy period)", fontsize=9)
     fig.suptitle(title)
-    fig.savefig(path, dpi=80)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -94,5 +94,14 @@ def plot_v1(r: V1Result, path: Path, *, title: str, last_arrival_s: float | None
     bottom.set_xlabel(("simulated seconds" + (" (dashed: last arrival)" if last_arrival_s is not None else ""))
                       if timed else "step (no step-time model)")
     fig.suptitle(title)
-    fig.savefig(path, dpi=80)
+    _save(fig, path)
     plt.close(fig)
+
+
+def _save(fig: Any, path: Path) -> None:
+    from kvplan.io.paths import os_error
+
+    try:
+        fig.savefig(path, dpi=80)
+    except OSError as exc:
+        raise os_error(path, exc, action="write") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -12,7 +13,7 @@ import typer
 
 from kvplan.cli.root import app
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_json, print_table
-from kvplan.errors import InputError
+from kvplan.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from kvplan.core.sim.model import SimResult
@@ -145,14 +146,19 @@ def simulate(
     from kvplan.cli.simulate_v1 import event_or_v1
     from kvplan.core.sim.model import allocator_spec
     from kvplan.io.examples import resolve_input
+    from kvplan.io.paths import probe, shown
 
     if plot is not None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--plot needs matplotlib: pip install -e '.[plot]'") from None
-        if not plot.parent.is_dir():
-            raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
+        try:
+            folder = probe(plot.parent)
+        except ConfigError as exc:
+            raise InputError(f"--plot {exc}") from None
+        if folder is None or not stat.S_ISDIR(folder.st_mode):
+            raise InputError(f"--plot {shown(plot)}: folder {shown(plot.parent)} does not exist")
     event = event_or_v1(resolve_input(workload_file, "workload"), engine=engine, model=scheduler_model, plot=plot,
                         as_json=as_json)
     if event is None:

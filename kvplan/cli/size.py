@@ -12,6 +12,7 @@ from rich.table import Table
 from kvplan.cli.root import app
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
+from kvplan.cli.options import LENGTH_HINT, tokens
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import ENGINES, engine_for, get_engine
 from kvplan.core.sizing import SizeResult, layer_token_bytes, size_kv, uneven_tp_note
@@ -105,8 +106,9 @@ def size(
                                           "(or its folder)."),
     batch: int = typer.Option(1, "--batch", "-b", help="Concurrent sequences (default 1)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", "--max-model-len",
-                                          help="Tokens per sequence (default: the model's max context, "
-                                               "max_position_embeddings)."),
+                                          parser=tokens("--seq-len"),
+                                          help=f"Tokens per sequence, e.g. {LENGTH_HINT} (default: the model's "
+                                               "max context, max_position_embeddings)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help=DTYPE_HELP),
     tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Tensor parallel size: KV heads are split "
                                                                      "over this many GPUs (default 1)."),

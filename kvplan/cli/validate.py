@@ -11,6 +11,7 @@ from rich.text import Text
 from kvplan.cli.root import app
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
+from kvplan.cli.options import tokens
 from kvplan.errors import InputError
 
 console = make_console()
@@ -21,8 +22,9 @@ def validate(
     model: Optional[str] = typer.Argument(None, help=(
         "Bundled name, hub id, or config.json (not with --matrix).")),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences run at once (default 1)."),
-    seq_len: int = typer.Option(64, "--seq-len", "-s", help="Tokens in the cache when it is measured (default 64)."),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=(
+    seq_len: int = typer.Option(64, "--seq-len", "-s", parser=tokens("--seq-len"), help=(
+        "Tokens in the cache when it is measured, e.g. 2048 or 2k (default 64).")),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", parser=tokens("--prompt-len"), help=(
         "Prefill length; the rest is decoded one token at a time (default seq_len - 8).")),
     dtype: str = typer.Option("auto", "--dtype", help="fp32, bf16 or fp16 (default auto: the model's dtype)."),
     layers: Optional[int] = typer.Option(None, "--layers", help=(

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kvplan.core.sizing import MAX_BATCH, MAX_SEQ_LEN
 from kvplan.core.units import GiB
 from kvplan.errors import KvplanError
+from kvplan.io.filekinds import expect_kind
+from kvplan.io.units import length_before
 from kvplan.io.yamlio import load_yaml, parse_model
 
 Size = str | int  # "80GiB", "512KiB", or plain bytes
@@ -87,18 +89,23 @@ class Budget(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))
     max_model_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
-        "Longest request in tokens (default: the model's max_position_embeddings)."))
+        "Longest request in tokens, e.g. 32768 or 32k (default: the model's max_position_embeddings)."))
     allow_long_max_model_len: bool = Field(False, description=(
         "The engine's variable for a max_model_len longer than the model's is set where it runs "
         "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, "
         "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1); default false: vLLM and SGLang refuse to start, as `kvplan fit` says."))
     batch: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences for max_kv_bytes and min_headroom_frac (default 1).")
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description=(
-        "Tokens per sequence for max_kv_bytes (default max_model_len)."))
+        "Tokens per sequence for max_kv_bytes, e.g. 8192 or 8k (default max_model_len)."))
     workload: str | None = Field(None, description=(
         "A workload file (`kvplan simulate`) relative to this file, or a bundled workload's name (`kvplan examples`)."))
     allocator: str = Field("paged-16", description="Allocator whose simulation the limits apply to (default paged-16).")
     require: Require = Field(description="The limits; at least one.")
+
+    @field_validator("max_model_len", "seq_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 32k as `--max-model-len 32k` reads it
 
     @field_validator("gpu_memory")
     @classmethod
@@ -161,7 +168,9 @@ def budgets_schema() -> dict:
 
 
 def load_budgets(path: Path) -> BudgetsFile:
-    model = parse_model(path, BudgetsFile, load_yaml(path))
+    data = load_yaml(path)
+    expect_kind(path, data, "budgets")  # empty, or a workload file given to `kvplan check`
+    model = parse_model(path, BudgetsFile, data)
     assert isinstance(model, BudgetsFile)
     return model
 
@@ -263,13 +272,14 @@ def measure(budget: Budget, origin: Path) -> Measured:
         from kvplan.core.sim.model import allocator_spec
         from kvplan.errors import ConfigError
         from kvplan.io.examples import resolve_input
+        from kvplan.io.paths import probe
         from kvplan.io.workload import resolve_workload
 
         assert budget.workload is not None
         path = Path(budget.workload)
         path = path if path.is_absolute() else origin.parent / path
         try:
-            path = resolve_input(path if path.exists() else budget.workload, "workload")
+            path = resolve_input(path if probe(path) is not None else budget.workload, "workload")
         except ConfigError as exc:
             raise ConfigError(f"{origin}: budget {budget.name!r}: workload {exc}") from None
         w = resolve_workload(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvplan.errors import ConfigError
 from kvplan.io.models import configs_dir
+from kvplan.io.paths import probe, shown, user_path
 
 # kind -> the folder of configs/ that holds its examples
 _FOLDERS = {"workload": "workloads", "budgets": "budgets"}
@@ -51,13 +52,13 @@ def examples(kind: str | None = None) -> list[Example]:
 
 def resolve_input(ref: str | Path, kind: str) -> Path:
     """A file path as given, or the bundled example of that name."""
-    path = Path(ref).expanduser()
-    if path.exists():
+    path = user_path(ref)
+    if probe(path) is not None:  # what the OS refuses (permission, a name too long) is a ConfigError
         return path
     name = str(ref).strip()
     for ex in examples(kind):
         if name in (ex.name, ex.path.name):
             return ex.path
     known = ", ".join(ex.name for ex in examples(kind)) or "none"
-    raise ConfigError(f"{ref}: no such file, and no bundled {kind} example of that name "
+    raise ConfigError(f"{shown(ref)}: no such file, and no bundled {kind} example of that name "
                       f"(bundled: {known}; see `kvplan examples`)")

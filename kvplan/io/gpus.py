@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 
 from kvplan.core.gpus import GPUSpec
 from kvplan.errors import InputError
 from kvplan.io.models import configs_dir
+from kvplan.io.suggest import suggestions
 from kvplan.io.units import parse_size
 from kvplan.io.yamlio import load_yaml, parse_model
 
@@ -47,8 +47,8 @@ def get_gpu(name: str | None, *, memory: str | None = None) -> GPUSpec:
     for gpu in gpu_catalog():
         if key == _norm(gpu.name) or key in (_norm(a) for a in gpu.aliases):
             return gpu
-    names = [g.name for g in gpu_catalog()]
-    close = difflib.get_close_matches(name.upper(), names, n=3, cutoff=0.4)
+    close = suggestions(name, [(n, g.name) for g in gpu_catalog() for n in (g.name, *g.aliases)], cutoff=0.4,
+                        norm=_norm)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise InputError(f"unknown GPU {name!r}{hint} (see `kvplan gpus`, or give --gpu-memory 24GiB)")
 

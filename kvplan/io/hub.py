@@ -20,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvplan.errors import HubError, InputError
+from kvplan.errors import ConfigError, HubError, InputError
+from kvplan.io.paths import probe, user_path
 
 CONFIG = "config.json"
 FETCH_ENV = "KVPLAN_FETCH"
@@ -96,9 +98,17 @@ def hub_cache_dir() -> Path:
     env = os.environ
     explicit = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")  # the second: the legacy name
     if explicit:
-        return Path(os.path.expandvars(explicit)).expanduser()
+        return _expanded(explicit, "HF_HUB_CACHE")
     home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
-    return Path(os.path.expandvars(home)).expanduser() / "hub"
+    return _expanded(home, "HF_HOME") / "hub"
+
+
+def _expanded(value: str, variable: str) -> Path:
+    """``$VARS`` and ``~`` expanded; a ``~user`` with no home is a HubError naming the variable."""
+    try:
+        return user_path(os.path.expandvars(value))
+    except ConfigError as exc:
+        raise HubError(f"the Hugging Face cache folder ({variable}): {exc}") from None
 
 
 def hub_endpoint() -> str:
@@ -157,7 +167,8 @@ def cached_config(repo_id: str, revision: str | None = None) -> HubConfig | None
     """
     cache = hub_cache_dir()
     folder = cache / f"models--{repo_id.replace('/', '--')}"
-    if not folder.is_dir():  # the common case answers without importing huggingface_hub
+    found_folder = probe(folder)  # a cache kvplan may not enter is a ConfigError naming it
+    if found_folder is None or not stat.S_ISDIR(found_folder.st_mode):  # the common case: no huggingface_hub import
         return None
     hh = _hub()
     try:

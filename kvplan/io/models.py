@@ -7,7 +7,8 @@ asked with ``--fetch`` or ``KVPLAN_FETCH=1``) the Hugging Face Hub, config.json 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import os
+import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from kvplan.core.spec import ModelSpec
 from kvplan.errors import ConfigError, InputError
 from kvplan.io.hf_config import spec_from_hf_config
+from kvplan.io.paths import probe, shown, user_path
+from kvplan.io.suggest import suggestions
 from kvplan.io.yamlio import load_json, load_yaml, parse_model
 
 if TYPE_CHECKING:  # kvplan.io.hub is imported when a reference looks like a hub id (org/name), not before
@@ -73,13 +76,24 @@ def bundled_index() -> dict[str, BundledEntry]:
 def _lookup_bundled(ref: str) -> BundledEntry | None:
     key = ref.strip().lower()
     direct = configs_dir() / "models" / f"{key}.yaml"
-    if direct.is_file():  # fast path: a bundled name needs only its own file read
+    if _is_bundled_file(key, direct):  # fast path: a bundled name needs only its own file read
         model = _read_bundled(direct)
         return BundledEntry(model.name, tuple(model.aliases), model.source, direct)
     for entry in bundled_index().values():
         if key == entry.name.lower() or key in (a.lower() for a in entry.aliases):
             return entry
     return None
+
+
+def _is_bundled_file(key: str, path: Path) -> bool:
+    """Whether ``key`` names a file of configs/models/; anything else (a path, a name too long for a file,
+    a NUL byte) is left to the index, whose names are all short."""
+    if "/" in key:
+        return False
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 @lru_cache(maxsize=None)
@@ -144,11 +158,11 @@ def _from_hub(ref: str, hub: HubConfig) -> ModelSpec:
     return spec
 
 
-def _from_file(path: Path) -> ModelSpec:
-    if path.is_dir():
+def _from_file(path: Path, st: os.stat_result) -> ModelSpec:
+    if stat.S_ISDIR(st.st_mode):
         path = path / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"{path.parent}: folder has no config.json")
+        if probe(path) is None:
+            raise ConfigError(f"{shown(path.parent)}: folder has no config.json")
     if path.suffix in (".yaml", ".yml"):
         data = load_yaml(path)
         if isinstance(data, dict) and "config" in data and "name" in data:
@@ -220,11 +234,12 @@ def resolve_model(ref: str, *, fetch: bool | None = None, revision: str | None =
     fetched from the Hub: ``fetch``, default ``KVPLAN_FETCH``), or a name variant (quantized or re-packaged)
     of a bundled model, said in a note. ``revision`` names a hub snapshot, so a hub id is then read from
     the cache or the Hub even where kvplan bundles it."""
-    path = Path(ref).expanduser()
-    if path.exists():
-        return ResolvedModel(_from_file(path))
+    path = user_path(ref)
+    st = probe(path)  # a name the OS refuses (too long, permission denied) is a ConfigError here
+    if st is not None:
+        return ResolvedModel(_from_file(path, st))
     if path.suffix in (".json", ".yaml", ".yml"):
-        raise ConfigError(f"{ref}: no such file")
+        raise ConfigError(f"{shown(ref)}: no such file")
     hubio = _hubio() if "/" in ref or revision is not None else None
     hub_id = hubio is not None and hubio.looks_like_hub_id(ref)
     if hubio is not None and hubio.check_revision(revision) is not None and not hub_id:
@@ -251,10 +266,9 @@ def resolve_model(ref: str, *, fetch: bool | None = None, revision: str | None =
         note = variant[1] + ("; --fetch reads the repo's own config.json" if hub_id else "")
         return ResolvedModel(_with_note(load_bundled(variant[0]), note))
     if ref.startswith((".", "/", "~")):
-        raise ConfigError(f"{ref}: no such file")
-    names = [e.name for e in bundled_index().values()]
-    aliases = [a for e in bundled_index().values() for a in e.aliases]
-    close = difflib.get_close_matches(ref.lower(), [n.lower() for n in names + aliases], n=3, cutoff=0.5)
+        raise ConfigError(f"{shown(ref)}: no such file")
+    close = suggestions(ref, [(n, e.name) for e in bundled_index().values() for n in (e.name, *e.aliases)],
+                        cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     if hubio is not None and hub_id:
         raise InputError(f"unknown model {ref!r}{hint}: not bundled (see `kvplan models`) and not in the local "

@@ -40,3 +40,43 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# A length in tokens: digits, optionally k or K for x1024 (8k = 8,192, as engines and model cards write
+# context lengths: Llama 3.1's "128K" is 131,072). 15 digits bound int() and are far past any context.
+_LENGTH = re.compile(r"^\s*(-?[0-9]{1,15})\s*([kK]?)\s*$")
+_FRACTION = re.compile(r"^\s*-?([0-9]*\.[0-9]+|[0-9]+\.)\s*[kK]?\s*$")
+_LENGTH_HELP = "give a whole number of tokens, e.g. 8192 or 8k (k = 1024)"
+
+
+def parse_length(value: str | int, *, what: str, auto: bool = False) -> int:
+    """Tokens from ``8192``, ``8k`` or ``32K`` (x1024). Fractions, negatives, zero and other units are
+    refused, naming ``what`` (the flag or key). ``auto``: -1 passes (vLLM's "the longest that fits")."""
+    m = _LENGTH.match(value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        tokens = value
+    elif m:
+        tokens = int(m.group(1)) * (1024 if m.group(2) else 1)
+    else:
+        text = value if isinstance(value, str) else ""
+        why = ("a length is whole tokens, not a fraction" if _FRACTION.match(text) or isinstance(value, float)
+               else "more than 15 digits, beyond any context length" if re.match(r"^\s*-?[0-9]{16,}", text)
+               else "not a length")
+        raise InputError(f"{what}: {why} (got {_short(value)}); {_LENGTH_HELP}")
+    if auto and tokens == -1:
+        return tokens
+    if tokens < 1:
+        also = ", or -1 for the longest that fits" if auto else ""
+        raise InputError(f"{what} must be positive (got {str(value).strip()}); {_LENGTH_HELP}{also}")
+    return tokens
+
+
+def length_before(value: object, what: str) -> object:
+    """A pydantic before-validator's body: a length written as text (``32k``) read by ``parse_length``;
+    anything else is left to the field's own integer check and bounds."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_length(value, what=what)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None  # pydantic's one-line message, with the file's key and line

@@ -110,7 +110,7 @@ def _config_fields(log: VLLMLog, line: str) -> None:
     for key, attr in (("max_seq_len", "max_seq_len"), ("tensor_parallel_size", "tensor_parallel_size"),
                       ("pipeline_parallel_size", "pipeline_parallel_size"), ("block_size", "block_size")):
         value = grab(key)
-        if value and value.isdigit():
+        if value and value.isascii() and value.isdigit():
             if len(value) > 12:  # 10^12 tokens / GPUs: beyond any real engine
                 raise ValueError(f"{key}={value[:20]}...")
             setattr(log, attr, int(value))

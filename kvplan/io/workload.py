@@ -18,7 +18,9 @@ from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, Sim
                                    allocator_spec)
 from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthetic_columns
 from kvplan.errors import ConfigError, InputError, KvplanError
-from kvplan.io.units import parse_size
+from kvplan.io.filekinds import expect_kind
+from kvplan.io.paths import probe, shown
+from kvplan.io.units import length_before, parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
@@ -262,9 +264,10 @@ class Scheduler(_Strict):
     max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default 256 "
                                                                  "(vLLM V0's default).")
     max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description=(
-        "Prompt tokens admitted per step. Default max(max_model_len, 2048), vLLM's without chunked prefill."))
+        "Prompt tokens admitted per step, e.g. 8192 or 8k. Default max(max_model_len, 2048), vLLM's without "
+        "chunked prefill."))
     max_model_len: int | None = Field(None, ge=2, le=MAX_MODEL_LEN, description="Longest sequence, prompt plus "
-                                      "output; default: the model's positions.")
+                                      "output, e.g. 2048 or 2k; default: the model's positions.")
     preemption: Literal["recompute", "swap"] = Field("recompute", description="When a paged pool runs out: drop "
                                                      "and prefill again (recompute) or swap to CPU. Default recompute.")
     model: Literal["auto", "event", "vllm-v1"] = Field("auto", description=(
@@ -280,6 +283,11 @@ class Scheduler(_Strict):
         "vllm-v1: two batches in flight, each scheduled before the previous one's output is back (finished "
         "requests free their blocks a step later; sliding windows free on the processed tokens). Default: the "
         "engine release's (on from vLLM 0.14.0)."))
+
+    @field_validator("max_num_batched_tokens", "max_model_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 8k as `--max-model-len 8k` reads it
 
 
 class StepTime(_Strict):
@@ -362,7 +370,7 @@ def _seconds(value: str) -> float:
         try:
             if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
                 head, frac = text.split(".", 1)
-                if not frac.isdigit():
+                if not (frac.isascii() and frac.isdigit()):
                     raise ValueError(value)
                 seconds = datetime.fromisoformat(head).timestamp() + float("0." + frac)
             else:
@@ -476,9 +484,22 @@ def _length(spec: Length, base: Path) -> LengthDist:
 
 def load_workload_file(path: Path) -> WorkloadFile:
     data = load_yaml(path)
+    expect_kind(path, data, "workload")  # empty, or a budgets file given to `kvplan simulate`
     model = parse_model(path, WorkloadFile, data)
     assert isinstance(model, WorkloadFile)
     return model
+
+
+def trace_file(origin: Path, trace: str) -> Path:
+    """``requests.trace`` of the workload file ``origin``: absolute, or relative to the file's folder."""
+    path = Path(trace) if Path(trace).is_absolute() else origin.parent / trace
+    try:
+        found = probe(path) is not None
+    except ConfigError as exc:  # the OS refused the path: say which file named it
+        raise ConfigError(f"{origin}: requests.trace: {exc}") from None
+    if not found:
+        raise ConfigError(f"{origin}: requests.trace: {shown(path)}: no such file")
+    return path
 
 
 def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
@@ -491,9 +512,7 @@ def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
     n = max(sh.parallel_sampling, sh.beam_width)
     prefix = sh.shared_prefix_tokens
     if r.trace:
-        path = Path(r.trace) if Path(r.trace).is_absolute() else base / r.trace
-        if not path.is_file():
-            raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
+        path = trace_file(origin, r.trace)
         rows = read_trace(path, r.limit)
         times = [t / r.time_scale for t, _, _ in rows]
         prompts = [p for _, p, _ in rows]

@@ -39,6 +39,7 @@ from kvplan.io.workload import (
     _length,
     load_workload_file,
     resolve_workload,
+    trace_file,
 )
 
 EVENT, V1 = "event", "vllm-v1"
@@ -80,11 +81,7 @@ def read_file(path: Path, engine: str | None) -> WorkloadFile:
 
 
 def _trace_path(wf: WorkloadFile, origin: Path) -> Path:
-    t = Path(wf.requests.trace or "")
-    path = t if t.is_absolute() else origin.parent / t
-    if not path.is_file():
-        raise ConfigError(f"{origin}: requests.trace: {path}: no such file")
-    return path
+    return trace_file(origin, wf.requests.trace or "")
 
 
 def trace_format(path: Path) -> str:

@@ -9,9 +9,11 @@ crash it) and alias bombs (a 1 KB "billion laughs" expands to 10^9 nodes) are re
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import stat
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -23,6 +25,7 @@ import yaml
 
 from kvplan.core.units import GiB
 from kvplan.errors import ConfigError
+from kvplan.io.paths import os_error, probe, shown
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -46,18 +49,15 @@ def _size(n: int) -> str:
 
 def open_regular(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> BinaryIO:
     """Open a regular file for binary reading, refusing anything else before it can block."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    st = probe(path)  # what the OS refuses (permission, a name too long, a NUL byte) is a ConfigError
+    if st is None:
+        raise ConfigError(f"{shown(path)}: no such file")
     _check_stat(path, st, max_bytes)
     try:
         # O_NONBLOCK: should a FIFO be swapped in after the stat, open() still returns at once.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        raise os_error(path, exc) from None
     try:
         _check_stat(path, os.fstat(fd), max_bytes)
     except BaseException:
@@ -102,7 +102,7 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+            raise os_error(path, exc) from None
     if len(data) > max_bytes:  # grew after the stat
         raise ConfigError(f"{path}: is over kvplan's {_size(max_bytes)} limit for this input")
     return _decode(path, data.removeprefix(b"\xef\xbb\xbf"), 1, 0)
@@ -118,7 +118,7 @@ def iter_lines(path: Path, *, max_bytes: int = MAX_STREAM_BYTES,
             try:
                 raw = fh.readline(max_line_bytes + 1)
             except OSError as exc:
-                raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+                raise os_error(path, exc) from None
             if not raw:
                 return
             number += 1
@@ -250,11 +250,29 @@ def yaml_key_lines(path: Path) -> dict[tuple[str | int, ...], int]:
     return lines
 
 
-def validation_message(path: Path, exc: "ValidationError", data_lines: dict | None = None) -> str:
-    """One line per problem: ``file.yaml: line 4: requests.rate: must be > 0 (got -3)``."""
+def validation_message(path: Path, exc: "ValidationError", data_lines: dict | None = None,
+                       model: "type[BaseModel] | None" = None) -> str:
+    """One line per problem: ``file.yaml: line 4: requests.rate: must be > 0 (got -3)``; an unknown key
+    gets the nearest known one (``did you mean `require`?``) when ``model`` is given, and then a missing
+    key that the suggestion names is not reported again."""
+    errors = exc.errors()
+    hints: dict[int, str] = {}
+    suggested: set[tuple[Any, ...]] = set()
+    for i, err in enumerate(errors):
+        if err["type"] == "extra_forbidden" and model is not None and err["loc"]:
+            loc = tuple(err["loc"])
+            known = _known_keys(model, loc)
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            if close:
+                hints[i] = f"; did you mean `{close[0]}`?"
+                suggested.add((*loc[:-1], close[0]))
+            elif known and len(known) <= 16:
+                hints[i] = f" (known here: {', '.join(known)})"
     out = []
-    for err in exc.errors():
+    for i, err in enumerate(errors):
         loc = tuple(err["loc"])
+        if err["type"] == "missing" and loc in suggested:
+            continue  # the unknown key's "did you mean" names it
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         line = None
         if data_lines:
@@ -265,13 +283,41 @@ def validation_message(path: Path, exc: "ValidationError", data_lines: dict | No
         where = f" line {line}:" if line else ""
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + hints.get(i, "")
         got = err.get("input")
         got_repr = repr(got)
         got_repr = got_repr if len(got_repr) <= 80 else got_repr[:77] + "..."
         got_txt = f" (got {got_repr})" if err["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list)) else ""
         out.append(f"{path}:{where} {dotted}: {msg}{got_txt}")
     return "\n".join(out)
+
+
+def _known_keys(model: "type[BaseModel]", loc: tuple[Any, ...]) -> list[str]:
+    """The keys accepted beside the unknown key at ``loc``: the fields of the model(s) that hold it."""
+    models = [model]
+    for part in loc[:-1]:
+        inner = [t for m in models if isinstance(part, str) and part in m.model_fields
+                 for t in _models_in(m.model_fields[part].annotation)]
+        if inner:
+            models = inner
+        elif isinstance(part, str):  # a union member's tag ("lognormal") or class name: narrow to it
+            models = [m for m in models if part == m.__name__ or part in _literal_values(m)] or models
+        # an int is a list index: the list's item models are the current ones already
+    return sorted({f.alias or name for m in models for name, f in m.model_fields.items()})
+
+
+def _models_in(annotation: Any) -> list[Any]:
+    """The pydantic models an annotation holds, through Optional, Union, list, dict and Annotated."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _literal_values(model: Any) -> set[Any]:
+    return {v for f in model.model_fields.values() if typing.get_origin(f.annotation) is typing.Literal
+            for v in typing.get_args(f.annotation)}
 
 
 def parse_model(path: Path, model: "type[BaseModel]", data: Any) -> "BaseModel":
@@ -281,4 +327,4 @@ def parse_model(path: Path, model: "type[BaseModel]", data: Any) -> "BaseModel":
         return model.model_validate(data)
     except ValidationError as exc:
         lines = yaml_key_lines(path) if path.suffix in (".yaml", ".yml") else None
-        raise ConfigError(validation_message(path, exc, lines)) from None
+        raise ConfigError(validation_message(path, exc, lines, model)) from None

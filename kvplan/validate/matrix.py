@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from kvplan.io.filekinds import expect_kind
+from kvplan.io.units import length_before
 from kvplan.io.yamlio import load_yaml, parse_model
 from kvplan.validate.run import Case, ComponentResult
 
@@ -23,6 +25,11 @@ class MatrixCase(BaseModel):
     layers: int | None = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
+    @field_validator("seq_len", "prompt_len", mode="before")
+    @classmethod
+    def _length(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+        return length_before(value, info.field_name)  # 2k as `--seq-len 2k` reads it
+
 
 class MatrixFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -31,7 +38,9 @@ class MatrixFile(BaseModel):
 
 
 def load_matrix(path: Path) -> list[Case]:
-    matrix = parse_model(path, MatrixFile, load_yaml(path))
+    data = load_yaml(path)
+    expect_kind(path, data, "matrix")
+    matrix = parse_model(path, MatrixFile, data)
     assert isinstance(matrix, MatrixFile)
     out = []
     for c in matrix.cases:

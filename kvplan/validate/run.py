@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +172,38 @@ def check_memory(case: Case, spec: ModelSpec, *, device: str, dtype: str, prompt
     raise InputError(f"{what}; run with --layers {lo} (the whole-model figures are then scaled)")
 
 
+# Random weight initialisation is not measurement: the parameters' storages are allocated as the modules are
+# built (what "weights" measures), and the cache holds what the forward passes put in it, whatever the
+# weights' values (what "kv_cache" measures). On 2 CPUs it was 20 s of the 24 s of `kvplan validate
+# llama3.1-8b --device cpu --layers 2` (torch's reset_parameters and transformers' init_weights, half each,
+# mostly the 128,256 x 4,096 embedding and LM head: benchmarks/bench_validate.py).
+@contextmanager
+def _no_random_init() -> Iterator[None]:
+    """While the model is built, transformers' own ``no_init_weights``: no torch.nn.init call, no init_weights."""
+    try:
+        from transformers.initialization import no_init_weights  # transformers 5
+    except ImportError:
+        try:
+            from transformers.modeling_utils import no_init_weights  # type: ignore[no-redef]  # transformers 4
+        except ImportError:  # neither: built as from_config builds it, only slower
+            no_init_weights = nullcontext  # type: ignore[assignment]
+    with no_init_weights():
+        yield
+
+
+def _tied_and_zeroed(model: Any) -> Any:
+    """What init_weights would have left that the measurement needs: tied weights (transformers ties them
+    there; a tied LM head is one storage, not two); then every parameter zeroed, so no value comes from
+    whatever memory the allocator recycled (a NaN there could reach a router's top-k)."""
+    import torch
+
+    model.tie_weights()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
 def _weights_bytes(model: Any) -> int:
     seen: set[int] = set()
     total = 0
@@ -214,7 +248,8 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     try:
-        model = build_model(cfg, dtype=TORCH_DTYPES[dtype.name])
+        with _no_random_init():
+            model = _tied_and_zeroed(build_model(cfg, dtype=TORCH_DTYPES[dtype.name]))
     except ImportError as exc:  # e.g. Gemma 3n's vision tower needs timm
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), exc.__class__.__name__)
         first = first.split(". ")[0].rstrip(".")

@@ -37,6 +37,7 @@ def step(predicate) -> dict:
     return found
 
 
+INSTALL = step(lambda s: "pip install" in s.get("run", ""))
 UPLOAD = step(lambda s: str(s.get("uses", "")).startswith("actions/upload-artifact@"))
 FETCH = step(lambda s: "gh run download" in s.get("run", ""))
 CHECK = step(lambda s: "kvplan check" in s.get("run", ""))
@@ -74,11 +75,13 @@ def test_json_output_is_the_uploaded_file():
 def run_step(script: str, tmp_path: Path, gh: str) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, body in (("gh", gh), ("kvplan", 'echo "$@" > kvplan-args; echo "{}"')):
+    for name, body in (("gh", gh), ("kvplan", 'echo "$@" > kvplan-args; echo "{}"'),
+                       ("pip", 'for a in "$@"; do echo "$a"; done > pip-args')):
         path = bin_dir / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GITHUB_REPOSITORY": "o/r"}
+    env = {**os.environ, **WF.get("env", {}), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "GITHUB_REPOSITORY": "o/r"}
     return subprocess.run(["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
 
@@ -111,3 +114,34 @@ def test_a_later_run_passes_the_downloaded_file(tmp_path):
     args = (tmp_path / "kvplan-args").read_text().split()
     assert args[args.index("--baseline") + 1] == "baseline/capacity.json"
     assert (tmp_path / args[args.index("--baseline") + 1]).exists()
+
+
+def test_kvplan_is_installed_from_its_repository_at_the_pinned_revision(tmp_path):
+    """No package index serves kvplan: the step must hand pip a direct reference to a git URL at a revision,
+    the one the workflow pins, as a single argument (quoted, so the shell does not split `kvplan @ ...`)."""
+    from packaging.requirements import Requirement
+
+    r = run_step(INSTALL["run"], tmp_path, gh="exit 1")
+    assert r.returncode == 0, r.stderr
+    args = (tmp_path / "pip-args").read_text().splitlines()
+    assert args[0] == "install" and len(args) == 2, args
+    req = Requirement(args[1])
+    assert req.name == "kvplan" and req.url, args
+    url, _, rev = req.url.removeprefix("git+").rpartition("@")
+    assert req.url.startswith("git+https://") and url == WF["env"]["KVPLAN_REPO"]
+    assert rev == WF["env"]["KVPLAN_REV"] and re.fullmatch(r"[0-9a-f]{40}|v?[0-9][\w.]*", rev), rev
+
+
+def test_no_step_installs_kvplan_by_name_from_an_index():
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    installs = [shlex.split(line.split("pip install", 1)[1]) for s in STEPS for line in s.get("run", "").splitlines()
+                if "pip install" in line]
+    assert installs
+    for words in installs:
+        for word in (w for w in words if not w.startswith("-")):
+            try:
+                req = Requirement(word)
+            except InvalidRequirement:
+                continue  # a path or a wheel file
+            assert req.name != "kvplan" or req.url, f"pip install {word}: no package index serves kvplan"

@@ -77,7 +77,7 @@ def test_engines_differ_for_gemma2_window():
     [
         (["size", "no-such-model-xyz"], "unknown model"),
         (["size", "llama2-7b", "--batch", "0"], "batch must be between 1"),
-        (["size", "llama2-7b", "--seq-len", "-5"], "seq_len must be between 1"),
+        (["size", "llama2-7b", "--seq-len", "-5"], "--seq-len must be positive"),
         (["size", "llama2-7b", "--kv-cache-dtype", "fp5"], "unknown dtype"),
         (["size", "llama2-7b", "--engine", "tgi"], "unknown engine"),
         (["size", "llama2-7b", "-tp", "3", "--engine", "vllm"], "cannot be split evenly"),

@@ -186,7 +186,8 @@ def allocator_spec(name: str, *, placement: str = "buddy") -> AllocatorSpec:
         return AllocatorSpec(name=name, paged=False, reservation=CONTIGUOUS[name], placement=placement)
     if name.startswith("paged-"):
         size = name.removeprefix("paged-")
-        if size.isdigit() and 1 <= int(size) <= 4096:
+        # isascii: str.isdigit also accepts "²" and "①", which int() refuses
+        if size.isascii() and size.isdigit() and 1 <= int(size) <= 4096:
             return AllocatorSpec(name=name, paged=True, block_size=int(size))
     raise InputError(f"unknown allocator {name!r}; use {', '.join(CONTIGUOUS)} or paged-B (e.g. paged-16)")
 

@@ -127,7 +127,8 @@ def _per_layer_overrides(cfg: Any, num_layers: int) -> dict[int, Any] | None:
         raise ConfigError(f"{cfg.origin}: per_layer_config must map layer indices to config keys")
     out = {}
     for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit() and int(key) < num_layers) or not isinstance(value, dict):
+        index = key if isinstance(key, str) and key.isascii() and key.isdigit() else None  # not "²": int() refuses
+        if index is None or int(index) >= num_layers or not isinstance(value, dict):
             raise ConfigError(f"{cfg.origin}: per_layer_config keys must be layer indices below {num_layers} "
                               f"mapping to config keys (got {key!r})")
         out[int(key)] = _cfg_class()(value, f"{cfg.origin}: per_layer_config[{key}]")

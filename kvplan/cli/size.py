@@ -435,10 +435,11 @@ def examples(
     """The bundled example workloads and budgets; `kvplan simulate NAME` and `kvplan check NAME` take their names."""
     from kvplan.io.examples import examples as bundled
     from kvplan.io.examples import resolve_input
+    from kvplan.io.yamlio import read_text
 
     if name is not None:
         kind = next((e.kind for e in bundled() if e.name == name), "workload")
-        sys.stdout.write(resolve_input(name, kind).read_text(encoding="utf-8"))
+        sys.stdout.write(read_text(resolve_input(name, kind)))  # a device or FIFO named here is refused, not read
         return
     rows = [{"kind": e.kind, "name": e.name, "path": str(e.path), "summary": e.summary} for e in bundled()]
     if as_json:

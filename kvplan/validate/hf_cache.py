@@ -7,6 +7,7 @@ tensor storage the cache references (views share a storage, so storages are coun
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,8 +111,6 @@ def build_model(config_dict: dict[str, Any], *, dtype: str = "float32", seed: in
 def cache_kwarg(model: Any) -> str:
     """The keyword the model's forward takes its cache by: ``cache`` from transformers 5.24 (``past_key_values`` is
     deprecated there and warns on every call: utils/generic.py), ``past_key_values`` before."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -140,8 +139,10 @@ def measure_decode(model: Any, *, batch: int, prompt_len: int, seq_len: int, see
     own = model_makes_cache or model.config.get_text_config().model_type in _OWN_CACHE_TYPES
     cache = None if own else DynamicCache(config=model.config)  # None: the model creates its own
     key = cache_kwarg(model)
+    # the prefill needs the last position's logits only (the LM head over every prompt token is most of its time)
+    last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     with torch.no_grad():
-        out = model(input_ids=ids, **{key: cache}, use_cache=True)
+        out = model(input_ids=ids, **{key: cache}, use_cache=True, **last)
         cache = output_cache(out)
         for _ in range(seq_len - prompt_len):
             nxt = out.logits[:, -1:].argmax(-1)

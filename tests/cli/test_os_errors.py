@@ -199,3 +199,8 @@ def test_a_superscript_layer_index_in_a_config(tmp_path):
     r = runner.invoke(app, ["size", str(path), "--json"])
     _one_line_exit_2(r)
     assert "per_layer_config keys must be layer indices below 2" in r.stderr
+
+
+def test_examples_refuses_a_device_rather_than_read_it_forever():
+    r = runner.invoke(app, ["examples", "/dev/zero"])
+    assert r.exit_code == 2 and "is a device" in r.stderr, r.output

@@ -49,7 +49,7 @@ def _gpu_for(log: VLLMLog, gpu: Optional[str], gpu_memory: Optional[str] = None)
 def _profile(log: VLLMLog, engine: Optional[str], notes: list[str]) -> Any:
     if engine:
         from kvplan.core.profiles import Version, parse_engine
-        from kvplan.core.profiles.vllm import v0_variant
+        from kvplan.core.engines.vllm.profiles import v0_variant
         from kvplan.errors import InputError
 
         choice = parse_engine(engine, allowed=("vllm",))
@@ -63,7 +63,7 @@ def _profile(log: VLLMLog, engine: Optional[str], notes: list[str]) -> Any:
         if choice.note and choice.asked:
             notes.append(choice.note)
         return v0_variant(choice.profile) if log.generation == "V0" else choice.profile
-    from kvplan.core.profiles.vllm import for_log
+    from kvplan.core.engines.vllm.profiles import for_log
 
     profile, assumed = for_log(log.version, log.generation)
     if assumed:

@@ -14,6 +14,7 @@ from kvplan.errors import KvplanError
 from kvplan.io.filekinds import expect_kind
 from kvplan.io.units import length_before
 from kvplan.io.yamlio import load_yaml, parse_model
+from kvplan.core.engines.registry import SERVING
 
 Size = str | int  # "80GiB", "512KiB", or plain bytes
 MAX_COUNT = 1 << 53  # counts are compared as floats; above 2**53 they stop being exact
@@ -142,7 +143,7 @@ class Budget(BaseModel):
             raise ValueError(f"{', '.join(sorted(asked - set(SIMULATION_LIMITS)))} need a model")
         if asked & set(FIT_LIMITS) and not (self.gpu or self.gpu_memory):
             raise ValueError(f"{', '.join(sorted(asked & set(FIT_LIMITS)))} need a gpu (or gpu_memory)")
-        if asked & set(FIT_LIMITS) and self.engine_choice().name not in ("vllm", "sglang", "trtllm"):
+        if asked & set(FIT_LIMITS) and self.engine_choice().name not in SERVING:
             raise ValueError("capacity limits need engine vllm, sglang or trtllm")
         return self
 

@@ -2,7 +2,7 @@
 pydantic models with unknown keys rejected, converted to kvplan.core.sim.v1's inputs.
 
 The pool comes from the model spec and the vLLM release's rules exactly as ``kvplan fit`` plans it
-(kvplan.core.capacity.vllm_plan.plan_vllm: groups, block sizes, pages), with ``num_gpu_blocks`` as vLLM's
+(kvplan.core.engines.vllm.plan.plan_vllm: groups, block sizes, pages), with ``num_gpu_blocks`` as vLLM's
 --num-gpu-blocks-override. The format (shared with tools/vllm_reference, which records vLLM's results for
 the same files): a JSON object with the model (a kvplan model name, or an inline config.json as
 ``model_config``), tp, kv_cache_dtype, num_gpu_blocks, the scheduler settings, and requests, each a list of
@@ -93,7 +93,7 @@ def load_request_set(path: Path) -> RequestSet:
 
 def request_set_inputs(rs: RequestSet, *, origin: str = "request set") -> V1Inputs:
     """The simulator's inputs: the model's vLLM pool (plan_vllm with the block override), the scheduler, the requests."""
-    from kvplan.core.capacity.vllm_plan import plan_vllm
+    from kvplan.core.engines.vllm.plan import plan_vllm
     from kvplan.core.profiles import parse_engine
     from kvplan.core.spec import LinearLayer
 

@@ -22,6 +22,7 @@ from kvplan.io.filekinds import expect_kind
 from kvplan.io.paths import probe, shown
 from kvplan.io.units import length_before, parse_size
 from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
+from kvplan.core.engines.registry import SERVING
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
 # Bounds that keep every run finite and every number exact (integer picoseconds, integer slots).
@@ -89,7 +90,7 @@ class Serving(_Strict):
         from kvplan.core.profiles import parse_engine
 
         try:
-            parse_engine(value, allowed=("vllm", "sglang", "trtllm"))
+            parse_engine(value, allowed=SERVING)
         except KvplanError as exc:
             raise ValueError(str(exc)) from None
         return value
@@ -584,7 +585,7 @@ def resolve_workload(path: Path, *, engine: str | None = None, wf: WorkloadFile 
     if engine is not None:
         from kvplan.core.profiles import parse_engine
 
-        parse_engine(engine, allowed=("vllm", "sglang", "trtllm"))  # a clear error before any work
+        parse_engine(engine, allowed=SERVING)  # a clear error before any work
         wf = wf.model_copy(update={"serving": wf.serving.model_copy(update={"engine": engine})})
     s = wf.serving
     notes: list[str] = []

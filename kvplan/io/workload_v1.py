@@ -14,7 +14,7 @@ file needs, and its requests as segment lists.
 - Arrivals are fixed before the run (the simulator, like vLLM's benchmark harness, takes arrival times):
   turn k arrives think_time after turn k-1 *arrived*; a note counts turns that arrived before the previous
   answer had finished (their prompts then include an answer the user had not seen).
-- The pool: the same vLLM plan `kvplan fit` makes (kvplan.core.capacity.vllm_plan.plan_vllm) with fit's
+- The pool: the same vLLM plan `kvplan fit` makes (kvplan.core.engines.vllm.plan.plan_vllm) with fit's
   block count, turned into cache groups by kvplan.core.sim.v1.layout_from_plan.
 """
 
@@ -25,6 +25,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvplan.core.engines.registry import SERVING
 from kvplan.core.sim.v1 import OffloadConfig, SchedulerConfig, V1Inputs, V1Request, layout_from_plan
 from kvplan.core.sim.workload import PS_PER_S, Arrivals
 from kvplan.errors import ConfigError, InputError, KvplanError
@@ -71,7 +72,7 @@ def read_file(path: Path, engine: str | None) -> WorkloadFile:
     if engine is not None:
         from kvplan.core.profiles import parse_engine
 
-        parse_engine(engine, allowed=("vllm", "sglang", "trtllm"))
+        parse_engine(engine, allowed=SERVING)
         wf = wf.model_copy(update={"serving": wf.serving.model_copy(update={"engine": engine})})
     r = wf.requests
     if r.trace and r.trace_format == "auto":
@@ -161,7 +162,7 @@ def long_prompt_reason(wf: WorkloadFile, prompts: list[int], max_num_batched_tok
 # -- the v1 workload --------------------------------------------------------------------------------------
 def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
     """The pool (fit's vLLM plan), the scheduler, the step model and the requests for kvplan.core.sim.v1."""
-    from kvplan.core.capacity.vllm_plan import plan_vllm
+    from kvplan.core.engines.vllm.plan import plan_vllm
     from kvplan.core.profiles import parse_engine
     from kvplan.core.spec import LinearLayer
     from kvplan.io.gpus import get_gpu
@@ -186,7 +187,7 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
     max_len = sch.max_model_len or spec.max_model_len
     mnbt = sch.max_num_batched_tokens
     if mnbt is None:
-        from kvplan.core.profiles.vllm import batch_defaults
+        from kvplan.core.engines.vllm.profiles import batch_defaults
 
         mnbt = batch_defaults(choice.profile.rules, gpu, max_len)[0] if gpu is not None else 2048
         notes.append(f"max_num_batched_tokens {mnbt}: the OpenAI server's default for this GPU in vLLM "

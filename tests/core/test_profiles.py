@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kvplan.core.profiles import Version, parse_engine, registry
-from kvplan.core.profiles.vllm import VLLM_PROFILES, batch_defaults, capture_sizes, for_log
+from kvplan.core.engines.vllm.profiles import VLLM_PROFILES, batch_defaults, capture_sizes, for_log
 from kvplan.core.gpus import GPUSpec
 from kvplan.errors import InputError
 

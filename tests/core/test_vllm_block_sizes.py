@@ -1,4 +1,4 @@
-"""vLLM's --block-size, release by release: which sizes start on CUDA (kvplan.core.profiles.vllm.BlockSizeRule).
+"""vLLM's --block-size, release by release: which sizes start on CUDA (kvplan.core.engines.vllm.profiles.BlockSizeRule).
 
 Every expectation below was read from the release's sdist; vLLM's own unit tests do not test which sizes the
 command line or the default CUDA backend take (tests/v1/worker/test_gpu_model_runner.py tests the kernel-block
@@ -11,7 +11,7 @@ import pytest
 
 from kvplan.core.engines import engine_for, get_engine
 from kvplan.core.profiles import parse_engine
-from kvplan.core.profiles.vllm import VLLM_PROFILES, check_block_size, v0_variant
+from kvplan.core.engines.vllm.profiles import VLLM_PROFILES, check_block_size, v0_variant
 from kvplan.core.sizing import size_kv
 from kvplan.errors import InputError
 from tests.factories import make_spec
@@ -120,7 +120,7 @@ def test_every_profile_cites_its_block_size_rule():
 
 def test_the_fit_plan_refuses_what_the_release_refuses():
     """fit, simulate and explain plan through plan_vllm, which applies the same rule as size."""
-    from kvplan.core.capacity.vllm_plan import plan_vllm
+    from kvplan.core.engines.vllm.plan import plan_vllm
 
     spec = make_spec(num_layers=2, num_kv_heads=8, head_dim=128, dtype="bf16")
     old, new = parse_engine("vllm==0.17.1").profile, parse_engine("vllm==0.33.0").profile

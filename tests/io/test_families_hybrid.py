@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvplan.cli import app
-from kvplan.core.capacity.vllm_plan import build_layout
+from kvplan.core.engines.vllm.plan import build_layout
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import get_engine
-from kvplan.core.profiles.vllm import newest
+from kvplan.core.engines.vllm.profiles import newest
 from kvplan.core.sizing import size_kv
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer, NoCacheLayer
 from kvplan.core.weights import count_params

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kvplan.cli import app
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import get_engine
-from kvplan.core.engines.vllm import v4_pages
+from kvplan.core.engines.vllm.pages import v4_pages
 from kvplan.core.sizing import size_kv
 from kvplan.core.spec import CompressedLayer, MLALayer
 from kvplan.core.weights import count_params
@@ -343,7 +343,7 @@ def test_deepseek_v4_vllm_fit_layout_by_hand():
     at their largest while decoding (641 tokens: every window straddles a block): CSA 3 x 37,440 + 3 x 32,832 +
     3 x 8,640 = 236,736 B; HCA 3 x 37,440 + 17 x 32,832 = 670,464 B (window 128 in 8-token blocks: 81 - 64);
     30 x 236,736 + 31 x 670,464 = 27,886,464 B = 19.4 -> 20 blocks."""
-    from kvplan.core.capacity.vllm_plan import v4_layout
+    from kvplan.core.engines.vllm.plan import v4_layout
 
     layout = v4_layout(list(load_model("deepseek-v4-pro").layers))  # type: ignore[arg-type]
     assert layout.page_bytes == 1_435_968 and layout.buckets[0].extra_blocks == 20

@@ -1,6 +1,6 @@
 """One budget skeleton for every engine's fit: the shared steps, in order, with the engine's rules plugged in.
 
-Each engine's budget (kvplan.core.capacity.vllm, sglang, trtllm) takes the same steps:
+Each engine's budget (kvplan.core.engines.vllm.budget, sglang, trtllm) takes the same steps:
 
 1. the release's rules (``req.engine_profile()``) and the utilization: the user's, else the engine's default;
 2. the longest context asked for (``--max-model-len``, else the model's), as the engine takes it: past the

@@ -12,6 +12,7 @@ from kvplan.core.spec import ModelSpec
 from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
 from kvplan.core.units import GiB  # noqa: F401  (the capacity modules import it from here)
 from kvplan.errors import ConfigError, InputError
+from kvplan.core.engines.registry import SERVING
 
 
 
@@ -180,7 +181,7 @@ def check_request(req: FitRequest) -> None:
                         ("max_num_batched_tokens", req.max_num_batched_tokens), ("concurrency", req.concurrency)):
         if value is not None and value < 1:
             raise InputError(f"{name} must be >= 1 (got {value})")
-    if req.spec.num_attention_heads % req.tp and req.engine in ("vllm", "sglang", "trtllm"):
+    if req.spec.num_attention_heads % req.tp and req.engine in SERVING:
         raise InputError(f"{req.engine} needs tensor parallel size {req.tp} to divide the "
                          f"{req.spec.num_attention_heads} attention heads; try tp = "
                          + ", ".join(str(d) for d in (1, 2, 4, 8, 16) if req.spec.num_attention_heads % d == 0))

@@ -32,7 +32,7 @@ SAMPLER_COPIES = 2
 NON_TORCH_TP1_BYTES = 160 * MiB
 NON_TORCH_MULTI_GPU_BYTES = 300 * MiB
 # CUDA graphs: memory per captured batch size, per layer and per hidden unit on one TP rank, by era
-# (docs/calibration-points.md Table C; the number of sizes from kvplan/core/profiles/vllm.py::capture_sizes).
+# (docs/calibration-points.md Table C; the number of sizes from kvplan/core/engines/vllm/profiles.py::capture_sizes).
 # V0 (captured after the KV cache, measured by "Graph capturing finished ... took"): Qwen3-0.6B 0.13 GiB,
 # Llama-3.2-1B 0.21 GiB, a 49B model 3.34 GiB, 35 sizes each: 142, 197 and 156 B (C1, C3, C5); mean 165.
 CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0 = 164
@@ -79,7 +79,7 @@ CUDA_GRAPH_ERAS = {"v0": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0, "v1": CUDA_G
 
 
 def cuda_graph_era(rules: object) -> str:
-    """The CUDA-graph calibration era of a vLLM release's rules (kvplan/core/profiles/vllm.py::VLLMRules)."""
+    """The CUDA-graph calibration era of a vLLM release's rules (kvplan/core/engines/vllm/profiles.py::VLLMRules)."""
     if not getattr(rules, "v1", True):
         return "v0"
     return "v1" if getattr(rules, "cuda_graphs", "after_kv") == "after_kv" else "v1_profiled"

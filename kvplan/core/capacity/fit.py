@@ -6,14 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from kvplan.core.capacity.common import FitRequest, FitResult, check_request
-from kvplan.core.capacity.sglang import fit_sglang
-from kvplan.core.capacity.trtllm import fit_trtllm
-from kvplan.core.capacity.vllm import fit_vllm
 from kvplan.core.engines import get_engine
+from kvplan.core.engines.registry import SERVING, entry
 from kvplan.core.spec import AttentionLayer
 from kvplan.errors import InputError, KvplanError
 
-FITTERS = {"vllm": fit_vllm, "sglang": fit_sglang, "trtllm": fit_trtllm}
+FITTERS = SERVING  # the engines whose memory budget `fit` plans (kvplan.core.engines.registry)
 
 # what_if proposes tensor parallelism within one node: 8 GPUs on NVLink (HGX/DGX H100, H200, B200 boards);
 # beyond that tp crosses nodes, which is a different deployment, not a flag to try.
@@ -31,7 +29,7 @@ def fit(req: FitRequest) -> FitResult:
     check_request(req)
     # the release's block sizes, the engine's KV dtypes
     get_engine(req.engine, block_size=req.block_size, profile=req.engine_profile()).check_kv_dtype(req.kv_dtype)
-    return FITTERS[req.engine](req)  # a max_model_len past the model's: the engine's rule (capacity.context)
+    return entry(req.engine).load("budget")(req)  # a max_model_len past the model's: the engine's rule (capacity.context)
 
 
 def with_borderline(req: FitRequest, result: FitResult) -> FitResult:

@@ -15,6 +15,7 @@ source (see docs/engines.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec
@@ -66,6 +67,23 @@ class Engine:
     # Linear-layer families whose B/C groups are sharded with the heads, so that groups are replicated up
     # to tp when tp does not divide n_groups (vLLM, SGLang: ``extra_groups_for_head_shards``); () for none.
     replicated_group_families: tuple[str, ...] = ()
+    paged: ClassVar[bool] = False  # holds tokens in blocks (takes --block-size)
+
+    # -- what a release changes, what a model changes ----------------------------------------------------
+    def under(self, rules: Any, *, block_size: int | None) -> Engine:
+        """This engine under a release profile's ``rules`` (``block_size``: the one asked, if any). Each engine
+        reads the fields of its own rules dataclass; the base has none to read."""
+        return self
+
+    def check_block_size(self, block_size: int, profile: Any) -> None:
+        """Refuse a block size this engine (under ``profile``, None: the newest) does not start with."""
+        if not self.paged:
+            raise InputError(f"--block-size applies to paged engines (vllm, sglang, trtllm), not {self.name}")
+
+    def model_block_size(self, spec: ModelSpec, block_size: int | None, profile: Any) -> tuple[int | None, str | None]:
+        """The block size this engine uses for ``spec`` when it differs from the one asked (``block_size``, None:
+        the default), and a note saying why; (block_size, None) when nothing differs."""
+        return block_size, None
 
     def check_kv_dtype(self, kv_dtype: str) -> None:
         """Refuse a KV dtype this engine has no option for (``auto`` is always the model's own)."""
@@ -185,3 +203,25 @@ class Engine:
 
     def describe_rules(self) -> str:
         return "exactly the token states attention needs; sliding layers hold min(S, W) tokens"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagedEngine(Engine):
+    """Blocks of ``block_size`` slots; sliding/chunked layers free the blocks they no longer need."""
+
+    paged: ClassVar[bool] = True
+
+    frees_out_of_window: bool = True  # vLLM before 0.9.1 (no hybrid manager) keeps every block
+
+    def blocks_held(self, layer: Layer, num_tokens: int) -> int:
+        """Blocks for ``num_tokens`` tokens, less the whole blocks the layer's kind skips (vLLM swaps those for
+        the null block: the skipped tokens' full blocks, ``single_type_kv_cache_manager.py``)."""
+        if num_tokens == 0 or not layer.holds_tokens:
+            return 0
+        blocks = cdiv(num_tokens, self.block_size)
+        if not self.frees_out_of_window:
+            return blocks
+        return blocks - layer.skipped_tokens(num_tokens) // self.block_size
+
+    def slots_held(self, layer: Layer, num_tokens: int) -> int:
+        return self.blocks_held(layer, num_tokens) * self.block_size

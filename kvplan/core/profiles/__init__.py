@@ -93,17 +93,11 @@ def chain(engine: str, display: str, entries: list[tuple[str, Any, tuple[str, ..
 
 
 def _registry() -> Registry:
-    from kvplan.core.profiles.hf import HF_PROFILES
-    from kvplan.core.profiles.sglang import SGLANG_PROFILES
-    from kvplan.core.profiles.trtllm import TRTLLM_PROFILES
-    from kvplan.core.profiles.vllm import VLLM_PROFILES
+    from kvplan.core.engines.registry import ENTRIES
 
-    return Registry({"vllm": VLLM_PROFILES, "sglang": SGLANG_PROFILES, "trtllm": TRTLLM_PROFILES,
-                     "hf": HF_PROFILES},
-                    # vLLM: every sdist 0.6.2-0.33.0; SGLang: sdists up to 0.5.10 (later ones are wheels only);
-                    # TensorRT-LLM: the 1.x KvCacheConfig reference; transformers: 5.23 and 5.24, sources
-                    # and the byte-for-byte tests.
-                    {"vllm": "0.33.0", "sglang": "0.5.10", "trtllm": "1.2.1", "hf": "5.24.0"})
+    versioned = [e for e in ENTRIES if e.profiles]
+    return Registry({e.name: e.load("profiles") for e in versioned},
+                    {e.name: e.checked_through for e in versioned})
 
 
 _REGISTRY: Registry | None = None
@@ -130,7 +124,7 @@ class EngineChoice:
         return self.profile.version if self.profile else None
 
 
-VERSIONLESS = ("ideal",)
+VERSIONLESS = ("ideal",)  # the engines without releases (kvplan.core.engines.registry: no profiles)
 
 
 def parse_engine(text: str, *, allowed: tuple[str, ...] | None = None) -> EngineChoice:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kvplan.core.capacity.context import ContextLimit, decide
-from kvplan.core.capacity.sglang import sglang_context_limit
-from kvplan.core.capacity.trtllm import trtllm_context_limit
-from kvplan.core.capacity.vllm import vllm_context_limit
+from kvplan.core.engines.sglang.budget import sglang_context_limit
+from kvplan.core.engines.trtllm.budget import trtllm_context_limit
+from kvplan.core.engines.vllm.budget import vllm_context_limit
 
 LLAMA31 = {"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
 YARN_SCALED = {"max_position_embeddings": 163840,  # DeepSeek-V3: positions already scaled

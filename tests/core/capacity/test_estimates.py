@@ -9,7 +9,7 @@ import pytest
 
 from kvplan.core.capacity import estimates
 from kvplan.core.profiles import Version
-from kvplan.core.profiles.vllm import VLLM_PROFILES, capture_sizes, v0_variant
+from kvplan.core.engines.vllm.profiles import VLLM_PROFILES, capture_sizes, v0_variant
 from kvplan.io.models import load_model
 
 GiB = 1 << 30

@@ -8,8 +8,8 @@ import pytest
 
 from kvplan.core.capacity.common import FitRequest
 from kvplan.core.capacity.fit import fit, what_if
-from kvplan.core.capacity.sglang import default_mem_fraction_static
-from kvplan.core.capacity.vllm import kv_layout
+from kvplan.core.engines.sglang.budget import default_mem_fraction_static
+from kvplan.core.engines.vllm.budget import kv_layout
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.profiles import parse_engine
 from kvplan.core.spec import LayerKind

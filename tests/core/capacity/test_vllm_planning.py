@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.core.capacity.vllm import (
+from kvplan.core.engines.vllm.budget import (
     attention_page_bytes,
     check_layout_dtype,
     estimate_max_model_len,

@@ -137,7 +137,7 @@ class V1Inputs:
 
 def group_from_bucket(kind: LayerKind, *, block_size: int, window: int, state_blocks: int, num_layers: int,
                       max_model_len: int) -> CacheGroup:
-    """A CacheGroup from one of kvplan's vLLM layout buckets (kvplan.core.capacity.vllm_plan.Bucket)."""
+    """A CacheGroup from one of kvplan's vLLM layout buckets (kvplan.core.engines.vllm.plan.Bucket)."""
     if kind is LayerKind.LINEAR:
         return CacheGroup(kind=MAMBA, block_size=max_model_len, state_blocks=state_blocks, num_layers=num_layers)
     if kind is LayerKind.SLIDING:
@@ -148,7 +148,7 @@ def group_from_bucket(kind: LayerKind, *, block_size: int, window: int, state_bl
 
 
 def layout_from_plan(plan, max_model_len: int) -> CacheLayout:
-    """The pool vLLM builds for a kvplan VLLMPlan (kvplan.core.capacity.vllm_plan.plan_vllm / plan_stages):
+    """The pool vLLM builds for a kvplan VLLMPlan (kvplan.core.engines.vllm.plan.plan_vllm / plan_stages):
     each bucket's ``num_groups`` groups of its kind and block size, num_blocks, the pool block's bytes."""
     layout = plan.layout
     if layout is None:

@@ -1,14 +1,14 @@
 """The pool a v1 simulation runs on, from the same model spec and engine profile ``kvplan fit`` uses.
 
-``kvplan fit`` (kvplan.core.capacity.vllm) decides num_blocks from the memory budget and plans the groups with
-kvplan.core.capacity.vllm_plan; ``layout_from_fit`` re-plans the layout with that block count as vLLM's
+``kvplan fit`` (kvplan.core.engines.vllm.budget) decides num_blocks from the memory budget and plans the groups with
+kvplan.core.engines.vllm.plan; ``layout_from_fit`` re-plans the layout with that block count as vLLM's
 num_gpu_blocks_override, so the simulated pool is fit's pool block for block.
 """
 
 from __future__ import annotations
 
 from kvplan.core.capacity.common import FitRequest, FitResult
-from kvplan.core.capacity.vllm_plan import plan_vllm
+from kvplan.core.engines.vllm.plan import plan_vllm
 from kvplan.core.sim.v1.inputs import CacheLayout, layout_from_plan
 from kvplan.errors import InputError
 

@@ -5,7 +5,7 @@ Sources (vllm-project/vllm; details and commits in docs/engine-research.md):
   ceil(total x gpu_memory_utilization) - (weights + torch activation peak of ``profile_run`` over
   max_num_batched_tokens + non-torch increase) - CUDA graph estimate (subtracted by default since
   v0.21); ``kv_cache_memory_bytes`` replaces all of it.
-- The block layout, fit check and capacity: kvplan.core.capacity.vllm_plan.
+- The block layout, fit check and capacity: kvplan.core.engines.vllm.plan.
 - Defaults (``vllm/engine/arg_utils.py``, ``vllm/config/cache.py``): gpu_memory_utilization 0.92 (0.9
   before late 2025), block size 16 (64 for MLA with FlashMLA, ``vllm/platforms/cuda.py``);
   max_num_batched_tokens 8192 and max_num_seqs 1024 for the OpenAI server on GPUs with >= 70 GiB
@@ -22,7 +22,7 @@ from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
 from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
-from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, importable from here too)
+from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, importable from here too)
     DEFAULT_BLOCK_SIZE,
     Bucket,
     KVLayout,
@@ -39,7 +39,7 @@ from kvplan.core.capacity.vllm_plan import (  # noqa: F401  (the planning API, i
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
-from kvplan.core.profiles.vllm import VLLMRules, batch_defaults, blackwell_class, capture_sizes, mla_block
+from kvplan.core.engines.vllm.profiles import VLLMRules, batch_defaults, blackwell_class, capture_sizes, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, MLALayer
 from kvplan.errors import InputError
 

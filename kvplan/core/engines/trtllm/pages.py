@@ -17,11 +17,12 @@ Sources (NVIDIA/TensorRT-LLM):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.core.dtypes import KVDtype
-from kvplan.core.engines.base import cdiv
-from kvplan.core.engines.vllm import PagedEngine
+from kvplan.core.engines.base import PagedEngine, cdiv
 from kvplan.core.spec import CompressedLayer, Layer, MLALayer
 from kvplan.errors import InputError
 
@@ -37,6 +38,10 @@ class TRTLLMEngine(PagedEngine):
     # tensorrt_llm/llmapi/llm_args.py ``KvCacheConfig.dtype``: auto, fp8, nvfp4 (and int8 with the
     # TensorRT backend's quantization); no int4 KV cache.
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "nvfp4")
+
+    def under(self, rules: Any, *, block_size: int | None) -> TRTLLMEngine:
+        """The release's tokens_per_block unless a block size was asked."""
+        return self if block_size is not None else dataclasses.replace(self, block_size=rules.tokens_per_block)
 
     def blocks_held(self, layer: Layer, num_tokens: int) -> int:
         """A sliding layer is a cyclic buffer of min(S, W) tokens in blocks; chunked-local layers are sized as

@@ -27,7 +27,7 @@ Source: transformers v5.23 ``src/transformers/cache_utils.py``.
   ((S - 1) mod m) + 1 tokens of kv and gate (2 x head_dim each with CSA's overlap); CSA also keeps the last
   closed window's first half (``overlap_kv``/``overlap_gate``, m x head_dim each) once a window has closed. From
   5.24 the overlap gates are float32 (``position_bias`` is a float32 parameter added to the gate before
-  ``update_overlap_state`` keeps it; kvplan.core.profiles.hf), 5.23 kept them in the model dtype.
+  ``update_overlap_state`` keeps it; kvplan.core.engines.hf.profiles), 5.23 kept them in the model dtype.
 - Linear attention (``LinearAttentionLayer``): conv state of the full kernel width (the cache pads
   the prefill to ``conv_kernel_size`` columns) plus the recurrent state. The gated-delta-net
   recurrent state is float32 whatever the model dtype: ``torch_chunk_gated_delta_rule`` in
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines.base import Engine
@@ -63,8 +64,11 @@ _FP32_STATE_FAMILIES = frozenset({"gated_delta_net", "kda", "mamba2", "mamba"})
 class HFEngine(Engine):
     name: str = "hf"
     linear_conv_keeps_full_kernel: bool = True
-    # The newest profile's rules (kvplan.core.profiles.hf); get_engine sets them from the release's profile.
+    # The newest profile's rules (kvplan.core.engines.hf.profiles); get_engine sets them from the release's profile.
     csa_overlap_gate_fp32: bool = True
+
+    def under(self, rules: Any, *, block_size: int | None) -> HFEngine:
+        return dataclasses.replace(self, mla_latent=rules.mla_latent, csa_overlap_gate_fp32=rules.csa_overlap_gate_fp32)
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         if "hf_kv_broadcast" not in spec.quirks:

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
-from kvplan.core.engines.vllm import PagedEngine
 
+from kvplan.core.engines.base import PagedEngine
 from kvplan.core.spec import (AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec,
                               NoCacheLayer)
 from kvplan.errors import InputError
@@ -87,6 +88,18 @@ class SGLangEngine(PagedEngine):
     # python/sglang/srt/server_args.py ``--kv-cache-dtype`` choices: auto, fp8_e5m2, fp8_e4m3, bf16/bfloat16
     # (fp4_e2m1 in newer releases, not NVIDIA's nvfp4 layout); ``--page-size`` is any positive integer.
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2")
+
+    def model_block_size(self, spec: ModelSpec, block_size: int | None, profile: Any) -> tuple[int | None, str | None]:
+        """Sparse-attention (NSA) models are paged by NSA_PAGE_SIZE; a sliding-window model SGLang does not pool
+        as hybrid SWA keeps every token (a note, the block size unchanged)."""
+        if block_size is None and any(isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers):
+            return NSA_PAGE_SIZE, (f"SGLang pages sparse-attention (NSA) models by {NSA_PAGE_SIZE} tokens "
+                                   "(NSATokenToKVPool)")
+        if any(getattr(x, "sliding_window", 0) for x in spec.layers) and not pools_windows(spec):
+            return block_size, ("SGLang pools this architecture's sliding-window layers at full length (it is not in "
+                                "SGLang's hybrid-SWA list, configs/model_config.py::is_hybrid_swa_model): they hold "
+                                "every token")
+        return block_size, None
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         layers = allocated_layers(spec, spec.layers)

@@ -1,7 +1,7 @@
 """vLLM v1's KV planning: layer groups, block pool, fit check, max-model-len search, capacity.
 
 The pure arithmetic of ``vllm/v1/core/kv_cache_utils.py`` (0.33: ``kv_cache_planning.py``) and the page
-sizes of ``vllm/v1/kv_cache_interface.py``, under one release's rules (kvplan.core.profiles.vllm):
+sizes of ``vllm/v1/kv_cache_interface.py``, under one release's rules (kvplan.core.engines.vllm.profiles):
 - layers are bucketed by spec; one spec is one group of all layers; one type with different pages is one
   group whose block costs the sum of the pages (0.11.0+); hybrids get group_size = min layers per type
   (max when max < 1.5 x min), each type cdiv(n, group_size) groups, pages unified by enlarging the
@@ -22,7 +22,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
-from kvplan.core.profiles.vllm import VLLMRules, check_block_size, mla_block
+from kvplan.core.engines.vllm.profiles import VLLMRules, check_block_size, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
@@ -236,7 +236,7 @@ def v4_layout(layers: list[CompressedLayer]) -> KVLayout:
     256-token block of every layer's compressed entries and indexer keys; the sliding windows and the compressors'
     state, which do not grow with the context, are charged to each request as whole blocks of that size. vLLM's
     own grouping of these caches (kv_cache_planning.py) is not reproduced."""
-    from kvplan.core.engines.vllm import V4_ENTRY_BLOCK, V4_GROWING, v4_pages
+    from kvplan.core.engines.vllm.pages import V4_ENTRY_BLOCK, V4_GROWING, v4_pages
 
     steady = 2 * V4_ENTRY_BLOCK + max(layer.window for layer in layers)  # past every window
     unit = bounded = 0
@@ -394,7 +394,7 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
 
 def check_layout_dtype(rules: VLLMRules, dtype: KVDtype, version: str) -> None:
     """Refuse a vLLM-only KV layout the release does not have yet."""
-    from kvplan.core.profiles.vllm import VLLM_PROFILES
+    from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
 
     if dtype.name in VLLM_PROFILES[-1].rules.layout_kv_dtypes and dtype.name not in rules.layout_kv_dtypes:
         since = next(p.version for p in VLLM_PROFILES if dtype.name in p.rules.layout_kv_dtypes)

@@ -26,8 +26,8 @@ from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setu
 from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
 from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
 from kvplan.core.engines import engine_for, get_engine
-from kvplan.core.engines.sglang import allocated_layers
-from kvplan.core.profiles.sglang import default_fraction
+from kvplan.core.engines.sglang.pages import allocated_layers
+from kvplan.core.engines.sglang.profiles import default_fraction
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
 
 MiB = 1 << 20

@@ -43,11 +43,13 @@ Sources (vllm-project/vllm, v1 engine):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.core.dtypes import INDEXER_FP8, KVDtype, get_dtype
-from kvplan.core.engines.base import Engine, cdiv
-from kvplan.core.spec import CompressedLayer, Layer, LinearLayer, MLALayer
+from kvplan.core.engines.base import PagedEngine, cdiv
+from kvplan.core.spec import CompressedLayer, Layer, LinearLayer, MLALayer, ModelSpec
 
 # DeepSeek-V4 in vLLM 0.33.0 (see the module docstring for each file):
 V4_SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
@@ -67,26 +69,6 @@ def _sliding_blocks(num_tokens: int, window: int, block: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PagedEngine(Engine):
-    """Blocks of ``block_size`` slots; sliding/chunked layers free the blocks they no longer need."""
-
-    frees_out_of_window: bool = True  # vLLM before 0.9.1 (no hybrid manager) keeps every block
-
-    def blocks_held(self, layer: Layer, num_tokens: int) -> int:
-        """Blocks for ``num_tokens`` tokens, less the whole blocks the layer's kind skips (vLLM swaps those for
-        the null block: the skipped tokens' full blocks, ``single_type_kv_cache_manager.py``)."""
-        if num_tokens == 0 or not layer.holds_tokens:
-            return 0
-        blocks = cdiv(num_tokens, self.block_size)
-        if not self.frees_out_of_window:
-            return blocks
-        return blocks - layer.skipped_tokens(num_tokens) // self.block_size
-
-    def slots_held(self, layer: Layer, num_tokens: int) -> int:
-        return self.blocks_held(layer, num_tokens) * self.block_size
-
-
-@dataclass(frozen=True, kw_only=True)
 class VLLMEngine(PagedEngine):
     name: str = "vllm"
     block_size: int = 16
@@ -98,6 +80,30 @@ class VLLMEngine(PagedEngine):
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla",
                                         "fp8_per_token_head", "int8_per_token_head")
     replicated_group_families: tuple[str, ...] = ("mamba2",)
+
+    def under(self, rules: Any, *, block_size: int | None) -> VLLMEngine:
+        """Before 0.9.1 (no hybrid KV cache manager) a sliding-window layer keeps every block."""
+        return dataclasses.replace(self, frees_out_of_window=rules.hybrid_manager)
+
+    def check_block_size(self, block_size: int, profile: Any) -> None:
+        """Which block sizes start is a rule of the release (VLLMRules.block_sizes)."""
+        from kvplan.core.engines.vllm.profiles import check_block_size, newest
+
+        check_block_size(profile if profile is not None else newest(), block_size)
+
+    def model_block_size(self, spec: ModelSpec, block_size: int | None, profile: Any) -> tuple[int | None, str | None]:
+        """MLA models run with the release's forced block size on Hopper (FlashMLA; VLLMRules.mla_block_size)."""
+        if not any(isinstance(x, MLALayer) for x in spec.layers):
+            return block_size, None
+        from kvplan.core.engines.vllm.profiles import mla_block, newest
+
+        rules = (profile if profile is not None else newest()).rules
+        sparse = any(isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers)
+        block, note = mla_block(rules, block_size, sparse=sparse)
+        if block_size is None and block != self.block_size:
+            note = f"vLLM uses {block}-token blocks for MLA models (FlashMLA)" + (
+                "; --block-size overrides" if rules.mla_given_block == "kept" else "")
+        return (block, note) if note else (block_size, None)
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:
         """Conv in the model dtype; the recurrent state as the model's config class pins it (module docstring)."""

@@ -27,11 +27,11 @@ import sys
 import threading
 import time
 
-from kvplan.cli.simulate import run_all
+from kvplan.app.parallel import run_allocators
+from kvplan.app.simulate import plan_simulation
 from kvplan.core.sim.engine import simulate
 from kvplan.core.sim.workload import Arrivals, LengthDist, synthetic_requests
 from kvplan.io.models import configs_dir
-from kvplan.io.workload import resolve_workload
 
 MB = 1 << 20
 REPEATS = 3  # the 100k cases run this many times; the target is checked on the fastest (as timeit reports)
@@ -97,7 +97,7 @@ def generate(count: int, rate: float):
 
 
 def run(count: int, rate: float, *, serial: bool, repeats: int = 1) -> dict:
-    base = resolve_workload(configs_dir() / "workloads" / "vllm-paper-sharegpt.yaml")
+    base = plan_simulation(configs_dir() / "workloads" / "vllm-paper-sharegpt.yaml", simulator="event").event
     requests, gen_wall, gen_cpu = generate(count, rate)
     w = dataclasses.replace(base, requests=requests)
     per = []
@@ -114,7 +114,7 @@ def run(count: int, rate: float, *, serial: bool, repeats: int = 1) -> dict:
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         with PssSampler() as pss:
             t0 = time.perf_counter()
-            run_all(w, progress=False, points=0)  # what `kvplan simulate` does
+            run_allocators(w)  # what `kvplan simulate` does
             parallel = time.perf_counter() - t0
         children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         totals.append(gen_wall + parallel)

@@ -14,10 +14,10 @@ from typing import Any
 # command name -> the module that defines it
 COMMAND_MODULES = {
     "size": "size", "models": "size", "show": "size", "examples": "size",
-    "fit": "fit", "gpus": "fit", "explain": "explain", "simulate": "simulate", "schema": "simulate",
+    "fit": "fit", "gpus": "fit", "explain": "explain", "simulate": "simulate", "schema": "schema",
     "check": "check", "validate": "validate", "engines": "engines",
 }
-_ORDER = ("check", "engines", "explain", "fit", "simulate", "size", "validate")
+_ORDER = ("check", "engines", "explain", "fit", "schema", "simulate", "size", "validate")
 
 
 def load_commands(only: str | None = None) -> Any:

@@ -48,7 +48,7 @@ def _show(limit: str, value: float) -> str:
 
 def _verdict(r: "LimitResult") -> str:
     """``min_kv_cache_tokens: 474,336 KV cache tokens < 500,000: ...``: the failing limit and its reason, which
-    starts with the limit's own value and bound (kvplan.io.budgets.measure); without one, the two numbers."""
+    starts with the limit's own value and bound (kvplan.app.check.measure); without one, the two numbers."""
     if r.reason:
         return f"{r.limit}: {r.reason}"
     return f"{r.limit} = {_show(r.limit, r.value)}, limit {_show(r.limit, r.threshold)}"
@@ -175,7 +175,8 @@ def check(
     line, and a Markdown table is added to the job summary.
     """
     from kvplan.core.budgets import compare, judge
-    from kvplan.io.budgets import load_budgets, measure
+    from kvplan.app.check import measure
+    from kvplan.io.budgets import load_budgets
     from kvplan.io.examples import resolve_input
 
     budgets_file = resolve_input(budgets_file, "budgets")

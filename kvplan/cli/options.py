@@ -5,7 +5,9 @@ and ``32K`` (x1024) work wherever a length does, and a fraction or a negative is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from kvplan.io.units import parse_length
 
@@ -19,3 +21,8 @@ def tokens(flag: str, *, auto: bool = False) -> Callable[[Any], int]:
         return parse_length(value, what=flag, auto=auto)  # an InputError: one line on stderr, exit 2
 
     return parse
+
+
+# -- Annotated option aliases shared by the commands (fastapi-cli style: one declaration, reused) --------------
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables; default: "
+                                                          "tables.")]

@@ -1,5 +1,6 @@
-"""``--plot``: a stacked memory timeline per allocator on one time axis, and the time-averaged breakdown;
-for a vllm-v1 run, the pool's usage and the requests running and waiting over simulated seconds."""
+"""``--plot``: one picture of a run (``plot_run``): for the event engine a stacked memory timeline per allocator on
+one time axis, and the time-averaged breakdown; for a vllm-v1 run, the pool's usage and the requests running and
+waiting over simulated seconds."""
 
 from __future__ import annotations
 
@@ -9,12 +10,20 @@ from typing import TYPE_CHECKING, Any
 from kvplan.core.sim.model import SimResult
 
 if TYPE_CHECKING:
+    from kvplan.app.simulation import SimulationRun
     from kvplan.core.sim.v1 import V1Result
 
 MAX_POINTS = 4000  # a line plot needs no more: longer runs are thinned evenly
 
 _PARTS = (("token states", "#2e7d32"), ("reserved", "#f9a825"), ("internal frag", "#c62828"),
           ("external frag", "#6a1b9a"), ("free", "#bdbdbd"))
+
+
+def plot_run(run: SimulationRun, path: Path, *, last_arrival_s: float | None) -> None:
+    if run.v1 is not None:
+        plot_v1(run.v1, path, title=run.plan.name, last_arrival_s=last_arrival_s)
+    else:
+        plot_simulation(list(run.event), path, title=run.plan.name, last_arrival_s=last_arrival_s)
 
 
 def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_arrival_s: float | None = None) -> None:

@@ -1,28 +1,25 @@
-"""Workload files for ``kvplan simulate``: pydantic models (unknown keys rejected), trace readers
-(CSV, JSONL, and the Azure LLM inference trace's ``TIMESTAMP,ContextTokens,GeneratedTokens``), and
-the conversion to the simulator's core values."""
+"""Workload files for ``kvplan simulate`` and ``kvplan check``: pydantic models (unknown keys rejected), read and
+validated into a ``WorkloadFile`` (with the engine override applied and an ``auto`` trace format resolved), and the
+distributions they name as the core's samplers. Parsing only: kvplan.app.simulate plans the pool and the run."""
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
+import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, SimConfig, SimRequest, StepModel,
-                                   allocator_spec)
-from kvplan.core.sim.workload import Arrivals, LengthDist, clip_columns, synthetic_columns
+from kvplan.core.engines.registry import SERVING
+from kvplan.core.sim.model import allocator_spec
+from kvplan.core.sim.workload import LengthDist
 from kvplan.errors import ConfigError, InputError, KvplanError
 from kvplan.io.filekinds import expect_kind
-from kvplan.io.paths import probe, shown
+from kvplan.io.traces import MAX_TRACE_ROWS, MAX_TRACE_TOKENS, csv_rows, tokens, trace_file, trace_format
 from kvplan.io.units import length_before, parse_size
-from kvplan.io.yamlio import iter_lines, load_yaml, parse_json, parse_model
-from kvplan.core.engines.registry import SERVING
+from kvplan.io.yamlio import load_yaml, parse_model
 
 DEFAULT_ALLOCATORS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"]
 # Bounds that keep every run finite and every number exact (integer picoseconds, integer slots).
@@ -326,152 +323,25 @@ class WorkloadFile(_Strict):
         return names
 
 
-@dataclass(frozen=True, kw_only=True)
-class Workload:
-    name: str
-    requests: RequestArrays | list[SimRequest]  # RequestArrays from files: flat columns, read as SimRequest values
-    config: SimConfig
-    allocators: list[AllocatorSpec]
-    bytes_per_token: int  # KV bytes of one token slot on one GPU (0 when the pool was given in tokens)
-    pool_bytes: int
-    notes: tuple[str, ...]
-    num_blocks: int = 0  # the engine's pool blocks when `kvplan fit` sized the pool (0: given directly)
-
-
 def workload_schema() -> dict:
     return WorkloadFile.model_json_schema()
 
 
-# -- traces ---------------------------------------------------------------------------------------
-_ARRIVAL_KEYS = ("arrival", "arrival_time", "arrival_s", "timestamp", "time")
-_PROMPT_KEYS = ("prompt_tokens", "input_tokens", "contexttokens", "prompt_len", "input_len")
-_OUTPUT_KEYS = ("output_tokens", "generated_tokens", "generatedtokens", "output_len")
-
-
-def _pick(row: dict[str, str], keys: tuple[str, ...]) -> str | None:
-    lower = {k.lower().strip(): v for k, v in row.items() if k is not None}
-    for key in keys:
-        if key in lower:
-            return lower[key]
-    return None
-
-
-# Bounds on trace values: arrivals within 10^12 s (unix time is 1.7e9 s), token counts below 2^31
-# (the longest contexts served are 10M tokens, Llama 4 Scout, x200), rows as many as requests.count.
-_MAX_TRACE_SECONDS = 1e12
-_MAX_TRACE_TOKENS = 1 << 31
-_MAX_TRACE_ROWS = 10_000_000
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        text = value.strip()
-        try:
-            if "." in text:  # the Azure trace has 7 fractional digits; datetime takes 6
-                head, frac = text.split(".", 1)
-                if not (frac.isascii() and frac.isdigit()):
-                    raise ValueError(value)
-                seconds = datetime.fromisoformat(head).timestamp() + float("0." + frac)
-            else:
-                seconds = datetime.fromisoformat(text).timestamp()
-        except (OverflowError, OSError):
-            raise ValueError(value) from None
-    if not math.isfinite(seconds) or abs(seconds) > _MAX_TRACE_SECONDS:
-        raise ValueError(value)
-    return seconds
-
-
-def _tokens(value: str) -> int:
-    text = value.strip()
-    if len(text) > 12:  # int() of a 5,000-digit string is slow and then absurd anyway
-        raise ValueError(value)
-    return int(text)
-
-
-def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str | None, str]]]:
-    """(line number, row) of a CSV with a header, read lazily."""
-    current = 0
-
-    def lines() -> Iterator[str]:
-        nonlocal current
-        for number, line in iter_lines(path):
-            current = number
-            yield line
-
-    try:
-        reader = csv.DictReader(lines())
-        if not reader.fieldnames:
-            raise ConfigError(f"{path}: empty trace")
-        for row in reader:
-            yield current, row
-    except csv.Error as exc:
-        raise ConfigError(f"{path}: line {current}: not valid CSV: {exc}") from None
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        row = parse_json(line, str(path), line=number)
-        if not isinstance(row, dict):
-            raise ConfigError(f"{path}: line {number}: expected a JSON object per line (got {type(row).__name__})")
-        yield number, row
-
-
-def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, int]]:
-    """(arrival seconds from the first request, prompt tokens, output tokens), one per row.
-
-    Rows are read lazily: with ``limit`` the rest of the file is never read.
-    """
-    rows: Iterator[tuple[int, dict]] = (
-        _jsonl_rows(path) if path.suffix in (".jsonl", ".ndjson") else _csv_rows(path))  # type: ignore[assignment]
-    out: list[tuple[float, int, int]] = []
-    t0 = None
-    for line, row in rows:
-        if limit and len(out) >= limit:
-            break
-        if len(out) >= _MAX_TRACE_ROWS:
-            raise ConfigError(f"{path}: more than {_MAX_TRACE_ROWS:,} rows; set requests.limit to use the first N")
-        row = {str(k): "" if v is None else str(v) for k, v in row.items() if k is not None}
-        a, p, o = _pick(row, _ARRIVAL_KEYS), _pick(row, _PROMPT_KEYS), _pick(row, _OUTPUT_KEYS)
-        if a is None or p is None or o is None:
-            raise ConfigError(f"{path}: line {line}: needs an arrival time ({'/'.join(_ARRIVAL_KEYS[:2])}), prompt "
-                              f"tokens ({'/'.join(_PROMPT_KEYS[:3])}) and output tokens ({'/'.join(_OUTPUT_KEYS[:2])})")
-        try:
-            t = _seconds(a)
-        except ValueError:
-            raise ConfigError(f"{path}: line {line}: cannot read arrival {a[:40]!r}: not a finite time in seconds (within "
-                              f"{_MAX_TRACE_SECONDS:.0e}) or an ISO date") from None
-        try:
-            prompt, output = _tokens(p), _tokens(o)
-        except ValueError:
-            raise ConfigError(f"{path}: line {line}: cannot read token counts: must be whole numbers "
-                              f"(got prompt {p[:40]!r}, output {o[:40]!r})") from None
-        if not (0 <= prompt < _MAX_TRACE_TOKENS and 0 <= output < _MAX_TRACE_TOKENS):
-            raise ConfigError(f"{path}: line {line}: token counts must be in 0..{_MAX_TRACE_TOKENS - 1} "
-                              f"(got {prompt}, {output})")
-        t0 = t if t0 is None else t0
-        out.append((t - t0, prompt, output))
-    if not out:
-        raise ConfigError(f"{path}: the trace has no requests")
-    return out
-
-
-def _length(spec: Length, base: Path) -> LengthDist:
+def length_dist(spec: Length, base: Path) -> LengthDist:
+    """A length distribution of the file as the core's value (an empirical one read from its CSV, relative to
+    ``base``, the workload file's folder)."""
     if isinstance(spec, Empirical):
         path = (base / spec.file) if not Path(spec.file).is_absolute() else Path(spec.file)
         values = []
-        for i, row in _csv_rows(path):
-            if len(values) >= _MAX_TRACE_ROWS:
-                raise ConfigError(f"{path}: more than {_MAX_TRACE_ROWS:,} rows; give a sample")
+        for i, row in csv_rows(path):
+            if len(values) >= MAX_TRACE_ROWS:
+                raise ConfigError(f"{path}: more than {MAX_TRACE_ROWS:,} rows; give a sample")
             try:
-                value = _tokens(row[spec.column])
+                value = tokens(row[spec.column])
             except (KeyError, ValueError, AttributeError):
                 raise ConfigError(f"{path}: line {i}: column {spec.column!r} must hold an integer") from None
-            if not 0 <= value < _MAX_TRACE_TOKENS:
-                raise ConfigError(f"{path}: line {i}: column {spec.column!r} must be in 0..{_MAX_TRACE_TOKENS - 1} "
+            if not 0 <= value < MAX_TRACE_TOKENS:
+                raise ConfigError(f"{path}: line {i}: column {spec.column!r} must be in 0..{MAX_TRACE_TOKENS - 1} "
                                   f"(got {value})")
             values.append(value)
         return LengthDist(dist="empirical", values=tuple(values))
@@ -491,196 +361,30 @@ def load_workload_file(path: Path) -> WorkloadFile:
     return model
 
 
-def trace_file(origin: Path, trace: str) -> Path:
-    """``requests.trace`` of the workload file ``origin``: absolute, or relative to the file's folder."""
-    path = Path(trace) if Path(trace).is_absolute() else origin.parent / trace
-    try:
-        found = probe(path) is not None
-    except ConfigError as exc:  # the OS refused the path: say which file named it
-        raise ConfigError(f"{origin}: requests.trace: {exc}") from None
-    if not found:
-        raise ConfigError(f"{origin}: requests.trace: {shown(path)}: no such file")
-    return path
-
-
-def build_requests(wf: WorkloadFile, origin: Path, *, max_model_len: int,
-                   notes: list[str] | None = None) -> RequestArrays:
-    """The requests; ``notes`` gets a line when prompts shorter than the shared prefix were raised to it."""
-    base = origin.parent
-    r, sh = wf.requests, wf.sharing
-    if r_v1_only(wf):  # an "auto" trace format is resolved before (workload_v1.resolve_trace_format)
-        return []  # sessions, documents and conversation traces: kvplan/io/workload_v1.py builds them
-    n = max(sh.parallel_sampling, sh.beam_width)
-    prefix = sh.shared_prefix_tokens
-    if r.trace:
-        path = trace_file(origin, r.trace)
-        rows = read_trace(path, r.limit)
-        times = [t / r.time_scale for t, _, _ in rows]
-        prompts = [p for _, p, _ in rows]
-        _note_raised(notes, sum(1 for p in prompts if p < prefix), len(rows), prefix)
-        return _requests(origin, times, prompts, [o for _, _, o in rows], max_model_len=max_model_len,
-                         shared_prefix=prefix, n=n, clip_prompt=False)
-    missing = [k for k in ("count", "arrival", "prompt_tokens", "output_tokens") if getattr(r, k) is None]
-    if missing:
-        raise ConfigError(f"{origin}: requests: give a trace, or count, arrival, prompt_tokens and output_tokens "
-                          f"(missing: {', '.join(missing)})")
-    assert r.count and r.arrival and r.prompt_tokens and r.output_tokens
-    lengths = []
-    for key, spec in (("prompt_tokens", r.prompt_tokens), ("output_tokens", r.output_tokens)):
-        try:
-            lengths.append(_length(spec, base))
-        except ConfigError as exc:
-            raise ConfigError(f"{origin}: requests.{key}: {exc}") from None
-    times, prompts, outputs = synthetic_columns(
-        count=r.count, arrivals=Arrivals(process=r.arrival.process, rate=r.arrival.rate, cv=r.arrival.cv),
-        prompt=lengths[0], output=lengths[1], seed=r.seed)
-    _note_raised(notes, sum(1 for p in prompts if p < prefix), len(prompts), prefix)
-    return _requests(origin, times, prompts, outputs, max_model_len=max_model_len, shared_prefix=prefix, n=n)
-
-
-def _requests(origin: Path, times: list[float], prompts: list[int], outputs: list[int], **kw) -> RequestArrays:
-    try:
-        return clip_columns(times, prompts, outputs, **kw)
-    except InputError as exc:
-        raise ConfigError(f"{origin}: requests: {exc}") from None
-
-
-def _note_raised(notes: list[str] | None, raised: int, total: int, prefix: int) -> None:
-    if notes is not None and raised:
-        notes.append(f"{raised:,} of {total:,} prompts were shorter than the {prefix:,}-token shared prefix and were "
-                     f"raised to it (the prefix is part of the prompt)")
-
-
-def preemption(wf: WorkloadFile) -> Preemption:
-    return Preemption(wf.scheduler.preemption)
-
-
-def step_model_constant(seconds: float) -> StepModel:
-    return StepModel(base_ps=round(seconds * 10**12), per_token_ps=0, per_prefill_token_ps=0)
-
-
-def pool_override(wf: WorkloadFile) -> tuple[int | None, int | None]:
-    """(pool bytes, pool tokens) when the file gives the KV pool directly."""
-    s = wf.serving
-    size = parse_size(s.kv_pool_bytes, what="serving.kv_pool_bytes") if s.kv_pool_bytes is not None else None
-    return size, s.kv_pool_tokens
-
-
-def r_v1_only(wf: WorkloadFile) -> bool:
-    """Requests only the vllm-v1 simulator builds (sessions, documents, a conversation or Mooncake trace)."""
-    r = wf.requests
-    return r.sessions is not None or r.documents is not None or r.trace_format in ("conversation", "mooncake")
-
-
-def resolve_workload(path: Path, *, engine: str | None = None, wf: WorkloadFile | None = None) -> Workload:
-    """Read a workload file and turn it into requests, a simulator config and allocators; ``engine``
-    (NAME or NAME==VERSION) overrides the file's serving.engine; ``wf``: the file already read."""
-    from kvplan.core.capacity.common import FitRequest, model_weights
-    from kvplan.core.capacity.fit import fit
-    from kvplan.core.sizing import slot_bytes_per_gpu
-    from kvplan.io.gpus import get_gpu
-    from kvplan.io.models import load_model
-
-    wf = load_workload_file(path) if wf is None else wf
+def read_workload(path: Path, engine: str | None = None) -> WorkloadFile:
+    """The workload file with ``engine`` applied and an ``auto`` trace format resolved."""
+    wf = load_workload_file(path)
     if engine is not None:
         from kvplan.core.profiles import parse_engine
 
         parse_engine(engine, allowed=SERVING)  # a clear error before any work
         wf = wf.model_copy(update={"serving": wf.serving.model_copy(update={"engine": engine})})
-    s = wf.serving
-    notes: list[str] = []
-    try:
-        spec = load_model(s.model) if s.model else None
-        gpu = get_gpu(s.gpu, memory=s.gpu_memory) if (s.gpu or s.gpu_memory) else None
-    except KvplanError as exc:
-        raise type(exc)(f"{path}: serving: {exc}") from None
-    max_len = wf.scheduler.max_model_len or (spec.max_model_len if spec else 0)
-    if max_len < 2:
-        raise ConfigError(f"{path}: scheduler.max_model_len is required when serving.model gives none")
-    if wf.sharing.shared_prefix_tokens >= max_len:
-        raise ConfigError(f"{path}: sharing.shared_prefix_tokens ({wf.sharing.shared_prefix_tokens}) must be below "
-                          f"max_model_len ({max_len}): every prompt includes the prefix")
-    requests = build_requests(wf, path, max_model_len=max_len, notes=notes)
-    bpt = 0
-    if spec is not None:
-        bpt = slot_bytes_per_gpu(spec, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
-                                 pp=s.pipeline_parallel_size)
-        if any(layer.kind.value in ("sliding", "chunked", "linear", "compressed") for layer in spec.layers):
-            notes.append("the simulator holds every token in every attention layer (sliding windows, "
-                         "fixed linear-attention states and DeepSeek-V4's compressed entries are not modelled)")
-    pool_bytes, pool_tokens = pool_override(wf)
-    fit_result = None
-    if pool_tokens is None and spec is not None and bpt == 0:
-        raise ConfigError(f"{path}: {spec.name} holds no per-token KV cache (no attention layers); "
-                          "give serving.kv_pool_tokens")
-    if pool_tokens is None:
-        if spec is None:
-            raise ConfigError(f"{path}: serving needs a model (or kv_pool_tokens) to size the KV pool")
-        if pool_bytes is None:
-            if gpu is None:
-                raise ConfigError(f"{path}: serving needs a gpu (or kv_pool_bytes / kv_pool_tokens)")
-            from kvplan.core.profiles import parse_engine
+    r = wf.requests
+    if r.trace and r.trace_format == "auto":
+        fmt = trace_format(trace_file(path, r.trace))
+        wf = wf.model_copy(update={"requests": r.model_copy(update={"trace_format": fmt})})
+    return wf
 
-            choice = parse_engine(s.engine)
-            fit_result = fit(FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile,
-                                        tp=s.tensor_parallel_size,
-                                        pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
-                                        gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=max_len,
-                                        max_num_seqs=wf.scheduler.max_num_seqs,
-                                        max_num_batched_tokens=wf.scheduler.max_num_batched_tokens))
-            pool_bytes = fit_result.kv_cache_memory_bytes
-            # fit's own token count (whole blocks, per the engine's layout), so simulate and fit agree
-            pool_tokens = fit_result.kv_cache_tokens
-            notes.append(f"KV pool from `kvplan fit` ({choice.name} {choice.version} rules): "
-                         f"{pool_bytes / (1 << 30):.2f} GiB per GPU, "
-                         f"{pool_tokens:,} KV cache tokens")
-            if pool_bytes // bpt != pool_tokens:
-                notes.append(f"the pool's bytes over {bpt:,} B per token would give {pool_bytes // bpt:,} token slots; "
-                             f"the engine counts {pool_tokens:,} (whole blocks of its layout)")
-        else:
-            pool_tokens = pool_bytes // bpt
-    else:
-        pool_bytes = pool_tokens * bpt
-    if pool_tokens < 1:
-        raise ConfigError(f"{path}: the KV pool holds no token ({pool_bytes:,} B); give more memory or a smaller model")
 
-    mnbt = wf.scheduler.max_num_batched_tokens or max(max_len, VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
-    if wf.step_time.model == "constant" or spec is None or gpu is None or not gpu.hbm_bandwidth_bytes_per_s:
-        seconds = wf.step_time.seconds
-        if seconds is None:
-            raise ConfigError(f"{path}: step_time.seconds is needed (a roofline needs serving.model and a catalog gpu)")
-        step = step_model_constant(seconds)
-    else:
-        bw = gpu.hbm_bandwidth_bytes_per_s
-        weights = fit_result.breakdown.weights if fit_result else None
-        params = 0
-        if spec.arch is not None:
-            wb, _ = model_weights(FitRequest(spec=spec, gpu=gpu, tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size))
-            weights = weights if weights is not None else (wb.per_gpu_bytes if wb else 0)
-            from kvplan.core.weights import count_params
-
-            params = count_params(spec, spec.arch).active(spec.arch.moe)
-        prefill_ps = 0
-        if gpu.bf16_dense_tflops:
-            flops = gpu.bf16_dense_tflops * 1e12
-            prefill_ps = round(2 * params / (s.tensor_parallel_size * s.pipeline_parallel_size) / flops * 1e12)
-        else:
-            notes.append(f"{gpu.name} has no bf16 TFLOP/s in the catalog: prefill compute is not timed "
-                         "(steps take the weight and KV reads only)")
-        step = StepModel(
-            base_ps=round((weights or 0) / bw * 1e12),
-            per_token_ps=round(bpt / bw * 1e12),
-            per_prefill_token_ps=prefill_ps,
-        )
-    n_max = max(wf.sharing.parallel_sampling, wf.sharing.beam_width)
-    if wf.sharing.beam_width > 1:
-        notes.append("beam search is modelled as beam_width sequences sharing the prompt (beams do not fork)")
-    config = SimConfig(pool_slots=pool_tokens, max_num_seqs=wf.scheduler.max_num_seqs, max_num_batched_tokens=mnbt,
-                       max_model_len=max_len, step=step, shared_prefix=wf.sharing.shared_prefix_tokens,
-                       prefix_caching=wf.sharing.prefix_caching, preemption=preemption(wf))
-    if n_max > wf.scheduler.max_num_seqs:
-        raise ConfigError(f"{path}: {n_max} sequences per request exceed scheduler.max_num_seqs {wf.scheduler.max_num_seqs}")
-    allocators = [allocator_spec(a, placement=wf.placement) for a in wf.allocators]
-    return Workload(name=wf.name or path.stem, requests=requests, config=config, allocators=allocators,
-                    bytes_per_token=bpt, pool_bytes=pool_bytes or 0, notes=tuple(notes),
-                    num_blocks=fit_result.num_blocks if fit_result is not None else 0)
+def duration_sampler(spec: Duration, rng: random.Random) -> Callable[[], float]:
+    """Seconds drawn from a duration of the file (think times)."""
+    if isinstance(spec, ConstantS):
+        return lambda: spec.value
+    if isinstance(spec, UniformS):
+        if spec.high < spec.low:
+            raise ConfigError(f"think_time_s: high ({spec.high}) must be >= low ({spec.low})")
+        return lambda: rng.uniform(spec.low, spec.high)
+    if isinstance(spec, ExponentialS):
+        return lambda: rng.expovariate(1 / spec.mean)
+    mu = math.log(spec.mean) - spec.sigma**2 / 2
+    return lambda: rng.lognormvariate(mu, spec.sigma)

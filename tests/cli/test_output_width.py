@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-import kvplan.cli.simulate_v1  # noqa: F401  (imported by simulate on demand: its console is narrowed too)
+import kvplan.cli.simulate_tables  # noqa: F401  (imported by simulate on demand: its console is narrowed too)
 from kvplan.cli import app
 
 runner = CliRunner()

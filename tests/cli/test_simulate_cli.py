@@ -89,16 +89,16 @@ def test_parallel_workers_give_the_serial_results(monkeypatch):
     """Forked workers (one per usable CPU) return what one process computes, in the allocators' order."""
     import dataclasses as dc
 
-    import kvplan.cli.simulate as cli_simulate
-    from kvplan.io.workload import resolve_workload
+    import kvplan.app.parallel as parallel
+    from kvplan.app.simulate import plan_simulation
 
-    w = resolve_workload(PAPER)
-    w = dc.replace(w, requests=w.requests[:600] if isinstance(w.requests, list) else type(w.requests)(
-        w.requests.arrival_ps[:600], w.requests.prompt[:600], w.requests.output[:600], w.requests.n[:600]))
-    serial = cli_simulate.run_all(w, progress=False, points=0)
-    monkeypatch.setattr(cli_simulate, "PARALLEL_FROM_REQUESTS", 1)
-    monkeypatch.setattr(cli_simulate, "usable_cpus", lambda: 2)
-    assert cli_simulate.run_all(w, progress=False, points=0) == serial
+    run = plan_simulation(PAPER).event
+    q = run.requests
+    run = dc.replace(run, requests=type(q)(q.arrival_ps[:600], q.prompt[:600], q.output[:600], q.n[:600]))
+    serial = parallel.run_allocators(run, workers=1)
+    monkeypatch.setattr(parallel, "PARALLEL_FROM_REQUESTS", 1)
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 2)
+    assert parallel.run_allocators(run) == serial
 
 
 def test_first_fit_placement_separates_oracle_from_pow2(tmp_path):
@@ -183,11 +183,12 @@ allocators: [contiguous-oracle]
     assert not any("raised" in n for n in long["notes"])
     short = simulate_json(write(tmp_path, text.replace("PROMPT", "100"), "short.yaml"))
     assert any(n.startswith("10 of 10 prompts were shorter than the 256-token shared prefix") for n in short["notes"])
-    from kvplan.io.workload import build_requests, load_workload_file
+    from kvplan.app.requests import plain_requests
+    from kvplan.io.workload import load_workload_file
 
     for prompt, expected in ((300, 300), (100, 256)):
         path = write(tmp_path, text.replace("PROMPT", str(prompt)), f"p{prompt}.yaml")
-        reqs = build_requests(load_workload_file(path), path, max_model_len=2048)
+        reqs = plain_requests(load_workload_file(path), path, max_model_len=2048, notes=[])
         assert {r.prompt for r in reqs} == {expected}
 
 

@@ -211,13 +211,11 @@ def test_plot_of_a_vllm_v1_run(tmp_path):
 def test_per_step_clock_and_waiting(tmp_path):
     """A step-time model of 20 ms a step: the clock at each counted step starts at or after the previous
     step's end, and every request is running, waiting or done at each step."""
-    from kvplan.core.sim.v1 import simulate_v1
-    from kvplan.io.workload_v1 import choose, read_file, resolve_v1
+    from kvplan.app.simulate import plan_simulation, run_simulation
 
     path = write(tmp_path, sessions(2_000, count=3))
-    wf = read_file(path, None)
-    v = resolve_v1(path, wf, choose(wf, path)[1])
-    r = simulate_v1(v.inputs)
+    run = run_simulation(plan_simulation(path))
+    v, r = run.plan.v1, run.v1
     n = len(r.per_step_running)
     assert len(r.per_step_start_ps) == len(r.per_step_waiting) == n > 0
     gaps = [b - a for a, b in zip(r.per_step_start_ps, r.per_step_start_ps[1:])]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.errors import ConfigError
-from kvplan.io import workload
-from kvplan.io.workload import read_trace
+from kvplan.io import traces as workload
+from kvplan.io.traces import read_trace
 
 HEADER = "arrival,prompt_tokens,output_tokens\n"
 

@@ -91,6 +91,7 @@ class Capacity:
     usable_blocks: int = 0
     logged_kv_cache_tokens: int = 0
     logged_capacity_rule: str = ""
+    pool_plan: Any = None  # the engine's own plan of the pool (vLLM: its VLLMPlan), for the simulators
 
 
 class EngineBudget:
@@ -204,4 +205,5 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         params=weights.params if weights else 0, engine_version=profile.version, usable_blocks=cap.usable_blocks,
         logged_kv_cache_tokens=cap.logged_kv_cache_tokens, logged_capacity_rule=cap.logged_capacity_rule,
         context_limit=limit, context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len,
+        pool_plan=cap.pool_plan,
     )

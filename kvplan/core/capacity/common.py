@@ -55,6 +55,9 @@ class FitRequest:
     # The engine's variable for a max_model_len longer than the model's will be set where it runs
     # (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...: kvplan.core.capacity.context).
     allow_long_max_model_len: bool = False
+    # vLLM: two batches in flight (async scheduling), which doubles what a sliding-window layer admits (from 0.26);
+    # None: the release's default (on from 0.14). The same setting `simulate` runs the scheduler with.
+    async_scheduling: bool | None = None
 
     def engine_profile(self) -> Any:
         from kvplan.core.profiles import registry
@@ -115,6 +118,9 @@ class FitResult:
     context_limit: Any = None
     context_exceeded: bool = False
     context_override: bool = False
+    # The engine's own plan of the pool (vLLM: kvplan.core.engines.vllm.plan.VLLMPlan, its cache groups and blocks):
+    # the vllm-v1 simulator runs the pool `fit` planned, not a second plan of its own.
+    pool_plan: Any = field(default=None, compare=False, repr=False)
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import overload
 
+from kvplan.core.sim.stats import Percentiles, percentiles_s  # noqa: F401  (re-exported)
 from kvplan.errors import InputError
 
 
@@ -243,7 +244,6 @@ def rejection(req: SimRequest, cfg: SimConfig, alloc: AllocatorSpec) -> str | No
     return None
 
 
-PERCENTILES = (50, 90, 99)
 
 
 def screen(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec,
@@ -286,26 +286,6 @@ def screen(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec,
         else:
             keep.append(i)
     return keep, reasons
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Percentiles:
-    """Nearest-rank percentiles, in seconds: the smallest value with at least p% of the values at or
-    below it (no interpolation, so every engine gives the same number from the same per-request times)."""
-
-    p50: float
-    p90: float
-    p99: float
-
-
-def percentiles_s(values_ps: Iterable[int]) -> Percentiles:
-    """p50/p90/p99 of integer picosecond values, in seconds (nearest rank); zeros when empty."""
-    v = sorted(values_ps)
-    n = len(v)
-    if not n:
-        return Percentiles(p50=0.0, p90=0.0, p99=0.0)
-    p50, p90, p99 = (v[-(-p * n // 100) - 1] / 1e12 for p in PERCENTILES)
-    return Percentiles(p50=p50, p90=p90, p99=p99)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

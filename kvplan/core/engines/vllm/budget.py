@@ -54,13 +54,14 @@ def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: 
 
 
 
-def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int) -> int:
+def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int, async_scheduling: bool | None) -> int:
     """Tokens a sliding/chunked layer must admit: max_num_batched_tokens until 0.26; then
     max_concurrent_batches x max_num_batched_tokens, two batches with async scheduling at pp 1, else pp
-    (0.26.0: vllm/config/vllm.py)."""
+    (0.26.0: vllm/config/vllm.py). ``async_scheduling`` None: the release's default."""
     if not rules.in_flight_admission:
         return mnbt
-    return mnbt * (2 if rules.async_default and pp == 1 else pp)
+    async_ = rules.async_default if async_scheduling is None else async_scheduling
+    return mnbt * (2 if async_ and pp == 1 else pp)
 
 
 # vLLM refuses a max_model_len above the length it derives from the config unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
@@ -167,7 +168,7 @@ class VLLMBudget(EngineBudget):
                          f"{min(req.gpu_memory_per_rank) / GiB:.2f} GiB, and gives every rank the smallest rank's "
                          "block count")
         return _Settings(rules=rules, block_size=block_size, kv_dtype=kv_dtype, max_num_batched_tokens=mnbt,
-                         max_num_seqs=max_num_seqs, in_flight_tokens=_in_flight_tokens(rules, mnbt, req.pp),
+                         max_num_seqs=max_num_seqs, in_flight_tokens=_in_flight_tokens(rules, mnbt, req.pp, req.async_scheduling),
                          hybrid=rules.hybrid_manager and not req.disable_hybrid_kv_cache_manager,
                          graphs=graphs), notes
 
@@ -293,7 +294,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
                   "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
                   "cuda_graph_sizes": len(v.graphs)},
         notes=tuple(notes), usable_blocks=usable, logged_kv_cache_tokens=plan.logged_kv_cache_tokens,
-        logged_capacity_rule=plan.logged_capacity_rule,
+        logged_capacity_rule=plan.logged_capacity_rule, pool_plan=plan,
     )
 
 

@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from kvplan.core.sim.stats import Percentiles, percentiles  # noqa: F401  (one for both simulators)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,26 +31,6 @@ class RequestRecord:
     queue_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Percentiles:
-    p50: float
-    p90: float
-    p99: float
-
-
-def percentiles(values: list[float]) -> Percentiles:
-    """Nearest-rank percentiles (the smallest value with at least p% of the values at or below it)."""
-    if not values:
-        return Percentiles(p50=0.0, p90=0.0, p99=0.0)
-    v = sorted(values)
-    n = len(v)
-
-    def rank(p: float) -> float:
-        return v[max(0, math.ceil(p * n / 100) - 1)]
-
-    return Percentiles(p50=rank(50), p90=rank(90), p99=rank(99))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

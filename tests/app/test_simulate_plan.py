@@ -1,4 +1,5 @@
-"""Workload files for the vllm-v1 simulator: the new sections' parsing and the trace readers."""
+"""The simulation plan (kvplan.app.simulate): which simulator a workload gets, and the vllm-v1 simulator's requests
+from sessions, documents and traces; the file sections' parsing (kvplan.io.workload)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvplan.errors import ConfigError
-from kvplan.io.workload_v1 import EVENT, V1, choose, read_file, resolve_v1, trace_format
+from kvplan.app.simulate import plan_simulation
+from kvplan.app.simulation import EVENT, V1
+from kvplan.io.traces import trace_format
+from kvplan.io.workload import read_workload
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 SERVING = "serving: {model: llama3.1-8b, kv_pool_tokens: 50000}\nstep_time: {model: constant, seconds: 0.01}\n"
@@ -21,10 +25,15 @@ def _file(tmp_path: Path, text: str) -> Path:
 
 
 def _v1(path: Path):
-    wf = read_file(path, None)
-    sim, why = choose(wf, path)
-    assert sim == V1, why
-    return resolve_v1(path, wf, why)
+    """The vllm-v1 part of the plan, with the plan's notes."""
+    plan = plan_simulation(path)
+    assert plan.simulator == V1, plan.reason
+    return _V1Plan(plan)
+
+
+class _V1Plan:
+    def __init__(self, plan):
+        self.inputs, self.session_turns, self.notes = plan.v1.inputs, plan.v1.session_turns, plan.notes
 
 
 def _trace(tmp_path: Path, name: str) -> Path:
@@ -117,7 +126,7 @@ def test_documents_are_shared_by_popularity(tmp_path):
 def test_bad_sections_are_one_line_errors(tmp_path, text, match):
     path = _file(tmp_path, SERVING + "requests:\n  arrival: {process: all_at_once}\n  " + text + "\n")
     with pytest.raises(ConfigError, match=match) as exc:
-        read_file(path, None)
+        read_workload(path)
     assert "\n" not in str(exc.value).strip()
 
 
@@ -131,16 +140,16 @@ def test_bad_offload_is_rejected(tmp_path, offload, match):
     path = _file(tmp_path, SERVING + "requests: {count: 2, arrival: {process: all_at_once}, prompt_tokens: "
                  "{dist: constant, value: 5}, output_tokens: {dist: constant, value: 5}}\noffload: " + offload + "\n")
     with pytest.raises(ConfigError, match=match):
-        read_file(path, None)
+        read_workload(path)
 
 
 def test_event_cannot_run_sessions_and_auto_keeps_event_for_plain_traffic(tmp_path):
     plain = _file(tmp_path, SERVING + "requests: {count: 2, arrival: {process: all_at_once}, prompt_tokens: "
                   "{dist: constant, value: 5}, output_tokens: {dist: constant, value: 5}}\n")
-    assert choose(read_file(plain, None), plain)[0] == EVENT
+    assert plan_simulation(plain).simulator == EVENT
     sessions = _file(tmp_path, SERVING + "scheduler: {model: event}\nrequests:\n  arrival: {process: all_at_once}\n"
                      "  sessions: {count: 2, turns: {dist: constant, value: 2}, think_time_s: {dist: constant, "
                      "value: 1}, message_tokens: {dist: constant, value: 5}, output_tokens: {dist: constant, "
                      "value: 5}}\n")
     with pytest.raises(ConfigError, match="event cannot simulate multi-turn"):
-        choose(read_file(sessions, None), sessions)
+        plan_simulation(sessions)

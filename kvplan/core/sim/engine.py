@@ -32,11 +32,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from bisect import bisect_right
 from heapq import heappop, heappush
-from itertools import accumulate, pairwise
 from math import isqrt
 
 from kvplan.core.sim.model import (AllocatorSpec, Preemption, RequestArrays, SimConfig, SimRequest, SimResult,
                                    latency_of, no_progress_reason, rejection, screen)
+from kvplan.core.sim.invariants import check_invariants, packed_row
 from kvplan.core.sim.placement import make_placement
 
 _SHIFT = 40  # completion heap keys: step << _SHIFT | admission order (an int compares faster than a tuple)
@@ -90,8 +90,10 @@ def _first_reaching(gap: int, a1: int, a2: int) -> int:
 
 def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dict[str, int], n_total: int,
          progress: Callable[[int], None] | None, timeline_points: int, check: bool) -> SimResult:
-    # The loop keeps its state in local variables (an attribute read costs a dictionary lookup, and
-    # this loop runs a few million times for a million requests).
+    # One function on purpose: the loop keeps its state in local variables (an attribute read costs a dictionary
+    # lookup, a call one more frame, and this loop runs a few million times for a million requests: the speed
+    # targets of benchmarks/bench_simulate.py are met this way). The invariants it keeps are checked from outside
+    # (kvplan.core.sim.invariants, tests only).
     arr, prm, out, nsq = reqs.arrival_ps, reqs.prompt, reqs.output, reqs.n
     total = len(arr)
     paged = alloc.paged
@@ -308,7 +310,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
                     U += B * ((gsh - Pb) - n * gsh) + n * tb
                     row = rows[tb % B]
                     if row is None:
-                        row = rows[tb % B] = _packed_row(tb % B, B, w)
+                        row = rows[tb % B] = packed_row(tb % B, B, w)
                     slack += row * n
                 else:
                     r = [i, tb, n, s, n * (size - f), gsh, offs, size, admit_ps, ttft_ps]
@@ -328,7 +330,7 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
         u0 = U + N * s if running else 0  # used slots at step s
         if check:
             used, allocated = u0, (u0 + (slack >> w * (s % B) & m) if paged else alloc_contig) if running else 0
-            _check_invariants(locals())
+            check_invariants(locals())
 
         # -- steps [s, end) in closed form: from here on until the next event, every running sequence
         # just gains a token per step and nothing can be admitted (the attempt at s decided it)
@@ -471,47 +473,8 @@ def _run(reqs: RequestArrays, cfg: SimConfig, alloc: AllocatorSpec, reasons: dic
     )
 
 
-def _packed_row(q: int, B: int, w: int) -> int:
-    """One sequence's fields when its tokens are ``t(s) = tb + s`` with ``tb = q (mod B)``: field r (r < B)
-    is its last block's slack at a step r (mod B), field B + r the sum of fields 0 .. r - 1."""
-    slack = [(-q - r) % B for r in range(B)]
-    fields = slack + [0, *accumulate(slack[:-1])]
-    return sum(v << (w * k) for k, v in enumerate(fields))
-
-
 def _point(timeline: list, running: dict, pool: int, x: int, clock: int, used: int, allocated: int,
            ext: int) -> None:
     """A timeline point: (step, clock ps at its start, token, reserved, internal, external, free slots)."""
     internal = sum(r[_WASTE] for r in running.values() if x >= r[_WFROM])
     timeline.append((x, clock, used, allocated - used - internal, internal, ext, pool - allocated - ext))
-
-
-def _check_invariants(v: dict) -> None:
-    """Every request accounted for; memory adds up; nothing held twice (placement regions disjoint).
-    ``v`` is the loop's local variables at the end of a step's admission."""
-    running, s, B, paged = v["running"], v["s"], v["B"], v["paged"]
-    accounted = (v["completed"] + sum(v["reasons"].values()) + len(running) + len(v["front"])
-                 + (v["nxt"] - v["lo"]) + (v["total"] - v["nxt"]))
-    assert accounted == v["n_total"], "a request was lost"
-    assert set(v["front"]) == set(v["held"]) and len(v["front"]) == len(v["held"]) == v["nfront"]
-    used, allocated = v["used"], v["allocated"]
-    assert 0 <= used <= allocated <= v["pool"], (used, allocated)
-    internal = sum(r[_WASTE] for r in running.values() if s >= r[_WFROM])
-    assert 0 <= internal <= allocated - used
-    assert v["N"] == sum(r[_N] for r in running.values())
-    Pb = v["Pb"]
-    truth = sum(B * ((r[_GSH] - Pb) - r[_N] * r[_GSH]) + r[_N] * (r[_TB] + s) for r in running.values())
-    assert truth + B * Pb == v["U"] + v["N"] * s
-    if paged:
-        assert allocated % B == 0 and allocated // B <= v["P"]
-        blocks = sum((r[_GSH] - Pb) + r[_N] * (-(-(r[_TB] + s) // B) - r[_GSH]) for r in running.values())
-        assert allocated == (B * (blocks + Pb) if running else 0)
-        w = v["w"]  # every packed field (slack and running sums), not only the one read at step s
-        assert v["slack"] == sum(r[_N] * _packed_row(r[_TB] % B, B, w) for r in running.values())
-        assert all((v["slack"] >> w * k & v["m"]) < 1 << (w - 1) for k in range(2 * B)), "a field overflowed"
-    else:
-        regions = sorted((off, r[_REGION]) for r in running.values() for off in r[_OFFS])
-        for (a, size), (b, _) in pairwise(regions):
-            assert a + size <= b, "two reservations overlap"
-        assert sum(size for _, size in regions) == v["alloc_contig"]
-        assert v["place"].free_slots() == v["pool"] - v["alloc_contig"]

@@ -7,15 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvplan.cli.options import FETCH_HELP, REVISION_HELP
+
 if TYPE_CHECKING:  # kvplan.io.hub is imported when a hub id is resolved
     from kvplan.io.hub import HubConfig
-
-FETCH_HELP = ("Download a hub id's config.json (that file only) from the Hugging Face Hub into its cache when "
-              "kvplan does not bundle the model (HF_ENDPOINT, HF_HOME, HF_TOKEN apply); default: off, on with "
-              "KVPLAN_FETCH=1; without it a hub id is read from the local cache only.")
-REVISION_HELP = ("Branch, tag or commit of a hub id's config.json (default: main); reads the Hub's config, cached "
-                 "or fetched, even for a model kvplan bundles.")
-
 
 # One OptionInfo each, shared by the commands (Typer reads them, never changes them).
 FETCH_OPTION: Any = typer.Option(None, "--fetch/--no-fetch", help=FETCH_HELP)

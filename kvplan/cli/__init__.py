@@ -13,11 +13,12 @@ from typing import Any
 
 # command name -> the module that defines it
 COMMAND_MODULES = {
-    "size": "size", "models": "size", "show": "size", "examples": "size",
+    "size": "size", "models": "models", "show": "models", "examples": "examples",
     "fit": "fit", "gpus": "fit", "explain": "explain", "simulate": "simulate", "schema": "schema",
     "check": "check", "validate": "validate", "engines": "engines",
 }
-_ORDER = ("check", "engines", "explain", "fit", "schema", "simulate", "size", "validate")
+# the order `kvplan --help` lists the commands in (each module registers its own on import)
+_ORDER = ("check", "engines", "explain", "fit", "schema", "simulate", "size", "models", "examples", "validate")
 
 
 def load_commands(only: str | None = None) -> Any:

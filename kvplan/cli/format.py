@@ -46,6 +46,28 @@ def bytes_cell(num_bytes: int) -> str:
     return f"{num_bytes:,} B ({format_bytes(num_bytes)})"
 
 
+def format_indices(indices: tuple[int, ...] | list[int]) -> str:
+    """[0,1,2,3,5,7] -> '0-3,5,7'; an arithmetic stride over more than 3 items -> '1,3,...,31'."""
+    idx = list(indices)
+    if len(idx) > 3:
+        step = idx[1] - idx[0]
+        if step > 1 and all(b - a == step for a, b in zip(idx, idx[1:])):
+            return f"{idx[0]},{idx[1]},...,{idx[-1]}"
+    parts: list[str] = []
+    start = idx[0]
+    for i, a in enumerate(idx):
+        if i + 1 == len(idx) or idx[i + 1] != a + 1:  # a run ends at a
+            parts.append(f"{start}" if start == a else f"{start}-{a}")
+            start = idx[i + 1] if i + 1 < len(idx) else a
+    text = ",".join(parts)
+    return text if len(text) <= 20 else f"{idx[0]}..{idx[-1]}, mixed"
+
+
+def layers_cell(indices: tuple[int, ...] | list[int]) -> str:
+    """A layer group's first cell: ``32 x [0-31]``."""
+    return f"{len(indices)} x [{format_indices(indices)}]"
+
+
 def flag_value(value: int | float) -> str:
     """A number as it would be typed back as a flag: ``72944``, never ``72,944``."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"

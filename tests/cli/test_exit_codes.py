@@ -19,7 +19,7 @@ def _boom(*args, **kwargs):
 
 
 def test_an_unexpected_exception_exits_3_not_1(monkeypatch):
-    monkeypatch.setattr("kvplan.cli.size.size_kv", _boom)
+    monkeypatch.setattr("kvplan.app.size.size_kv", _boom)
     r = runner.invoke(app, ["size", "llama2-7b"])
     assert r.exit_code == EXIT_INTERNAL == 3, r.output
     assert "internal error: RuntimeError: simulated bug" in r.stderr
@@ -27,7 +27,7 @@ def test_an_unexpected_exception_exits_3_not_1(monkeypatch):
 
 
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(monkeypatch):
-    monkeypatch.setattr("kvplan.cli.size.size_kv", _boom)
+    monkeypatch.setattr("kvplan.app.size.size_kv", _boom)
     r = runner.invoke(app, ["--debug", "size", "llama2-7b"])
     assert r.exit_code == EXIT_INTERNAL, r.output
     assert "Traceback" in r.stderr and "simulated bug" in r.stderr

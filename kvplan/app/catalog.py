@@ -1,0 +1,29 @@
+"""What kvplan ships to plan with: the example inputs (``kvplan examples``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # read only by the command that lists it
+    from kvplan.io.examples import Example
+
+
+@dataclass(frozen=True, kw_only=True)
+class Examples:
+    """The bundled examples, or the text of the one asked for by name."""
+
+    listed: tuple[Example, ...] = ()
+    text: str | None = None  # the named example's file, to copy and edit
+
+
+def find_examples(name: str | None = None) -> Examples:
+    """Every bundled example workload and budget file, or the file of the one named ``name``."""
+    from kvplan.io.examples import examples, resolve_input
+    from kvplan.io.yamlio import read_text
+
+    bundled = examples()
+    if name is None:
+        return Examples(listed=tuple(bundled))
+    kind = next((e.kind for e in bundled if e.name == name), "workload")
+    return Examples(text=read_text(resolve_input(name, kind)))  # a device or FIFO named here is refused, not read

@@ -1,0 +1,126 @@
+"""``kvplan size``: a model's KV-cache bytes for an engine, or, for a config kvplan does not model and
+``--engine hf``, transformers' own cache measured on the meta device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvplan.core.dtypes import get_dtype
+from kvplan.core.engines import engine_for, get_engine
+from kvplan.core.sizing import SizeResult, size_kv, uneven_tp_note
+from kvplan.core.spec import ModelSpec
+from kvplan.errors import InputError, UnmodeledError
+from kvplan.io.models import resolve_model
+
+if TYPE_CHECKING:  # imported where they are used: `kvplan size` needs neither at start-up
+    from kvplan.core.profiles import EngineChoice
+    from kvplan.io.hub import HubConfig
+    from kvplan.validate.meta import MeasuredSize
+
+
+@dataclass(frozen=True, kw_only=True)
+class SizeReport:
+    """A model sized by kvplan's own rules for one engine."""
+
+    spec: ModelSpec
+    result: SizeResult
+    ideal: SizeResult  # the token states alone (``result`` itself under --engine ideal)
+    rules: str  # what the engine holds, and whose release's rules
+    block_size: int  # the engine's, as chosen for this model
+    engine_version: str | None  # the profile's release (None: an engine without releases)
+    seq_len_is_model_max: bool  # no --seq-len: the model's max context
+    model_notes: tuple[str, ...]  # the config's resolutions, and a length past the model's
+    engine_notes: tuple[str, ...]  # the engine's choices: release, block size, an uneven tp
+    hub: HubConfig | None = None  # what the Hub answered, when asked
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (*self.model_notes, *self.engine_notes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredSizeReport:
+    """transformers' own cache for a config kvplan does not model, measured on the meta device."""
+
+    model: str  # as given
+    measured: MeasuredSize
+    seq_len_is_model_max: bool
+    notes: tuple[str, ...]
+
+
+def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cache_dtype: str = "auto", tp: int = 1,
+               pp: int = 1, engine: str = "ideal", block_size: int | None = None, fetch: bool | None = None,
+               revision: str | None = None) -> SizeReport | MeasuredSizeReport:
+    """KV bytes of ``batch`` sequences of ``seq_len`` tokens (default: the model's max context) under ``engine``
+    (``NAME`` or ``NAME==VERSION``), at tensor- and pipeline-parallel sizes ``tp`` and ``pp``."""
+    from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
+
+    choice = parse_engine(engine)
+    # a bad engine or block size (the release's rule) is refused before anything is loaded
+    get_engine(choice.name, block_size=block_size, profile=choice.profile)
+    if kv_cache_dtype != "auto":
+        get_dtype(kv_cache_dtype)
+    try:
+        resolved = resolve_model(model, fetch=fetch, revision=revision)
+    except UnmodeledError as exc:
+        if choice.name != "hf":
+            raise
+        return _measured(exc, model, choice, batch=batch, seq_len=seq_len, given=_given_flags(
+            tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype, block_size=block_size))
+    spec = resolved.spec
+    eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
+    seq, defaulted = resolve_seq_len(spec, seq_len)
+    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq,
+                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")
+    uneven = None if eng.strict_tp else uneven_tp_note(spec, tp)
+    return SizeReport(spec=spec, result=result, ideal=ideal, rules=rules, block_size=eng.block_size,
+                      engine_version=choice.version, seq_len_is_model_max=defaulted,
+                      model_notes=tuple(size_notes(spec, seq)),
+                      engine_notes=tuple(n for n in (choice.note, engine_note, uneven) if n), hub=resolved.hub)
+
+
+def resolve_seq_len(spec: ModelSpec, seq_len: int | None) -> tuple[int, bool]:
+    """The length to size at, and whether it is the model's max context (no length given)."""
+    if seq_len is not None:
+        return seq_len, False
+    if spec.max_model_len <= 0:
+        raise InputError(f"{spec.name} gives no maximum context; pass --seq-len")
+    return spec.max_model_len, True
+
+
+def size_notes(spec: ModelSpec, seq_len: int) -> list[str]:
+    """The config's resolutions, and a length past the model's max context."""
+    notes = list(spec.notes)
+    if 0 < spec.max_model_len < seq_len:
+        notes.append(f"seq_len {seq_len:,} exceeds the model's max context {spec.max_model_len:,}")
+    return notes
+
+
+def _given_flags(*, tp: int, pp: int, kv_cache_dtype: str, block_size: int | None) -> tuple[str, ...]:
+    """The flags a measurement cannot honour, when given."""
+    given = ((tp != 1, "-tp"), (pp != 1, "-pp"), (kv_cache_dtype != "auto", "--kv-cache-dtype"),
+             (block_size is not None, "--block-size"))
+    return tuple(flag for is_given, flag in given if is_given)
+
+
+def _measured(error: UnmodeledError, model: str, choice: EngineChoice, *, batch: int, seq_len: int | None,
+              given: tuple[str, ...]) -> MeasuredSizeReport:
+    """``--engine hf`` on a config kvplan does not model: transformers' own cache for it, measured on the meta
+    device (kvplan.validate.meta), for one GPU and the model's dtype."""
+    from kvplan.validate.meta import max_positions, measure_unmodeled
+
+    if given:
+        raise InputError(f"{error.what}; measuring transformers' cache instead takes no {given[0]} (one device, the "
+                         "model's dtype): leave it out")
+    seq = seq_len if seq_len is not None else max_positions(error.config)
+    if not seq:
+        raise InputError(f"{model}: the config gives no maximum context to measure at; pass --seq-len")
+    m = measure_unmodeled(error, batch=batch, seq_len=seq, origin=model)
+    notes = [f"{error.what}: transformers {m.transformers_version}'s own cache was measured instead, on the meta "
+             "device (a prefill and a decode step, no weights, nothing downloaded)"]
+    if choice.asked and choice.asked != m.transformers_version:
+        notes.append(f"measured with the installed transformers {m.transformers_version}, not {choice.asked}")
+    return MeasuredSizeReport(model=model, measured=m, seq_len_is_model_max=seq_len is None, notes=tuple(notes))

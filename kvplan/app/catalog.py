@@ -1,12 +1,21 @@
-"""What kvplan ships to plan with: the example inputs (``kvplan examples``)."""
+"""What kvplan ships to plan with: the GPU catalog (``kvplan gpus``) and the example inputs
+(``kvplan examples``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # read only by the command that lists it
+if TYPE_CHECKING:  # each is read only by the command that lists it
+    from kvplan.core.gpus import GPUSpec
     from kvplan.io.examples import Example
+
+
+def gpu_catalog() -> tuple[GPUSpec, ...]:
+    """The GPUs ``--gpu`` names (configs/gpus.yaml), memory as the driver reports it."""
+    from kvplan.io.gpus import gpu_catalog as catalog
+
+    return catalog()
 
 
 @dataclass(frozen=True, kw_only=True)

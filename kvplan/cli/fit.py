@@ -1,16 +1,19 @@
-"""``kvplan fit`` and ``kvplan gpus``."""
+"""``kvplan fit``: the rendering of ``kvplan.app.fit.fit_model``, as tables or one JSON object; exit 1 when it
+does not fit."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from kvplan.cli.root import app
+from kvplan.app.fit import FitReport, Memory, fit_model
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
-from kvplan.cli.hub import FETCH_OPTION, REVISION_OPTION, fetched_json, say_fetched
-from kvplan.cli.options import LENGTH_HINT, tokens
+from kvplan.cli.hub import fetched_json, say_fetched
+from kvplan.cli.options import (LENGTH_HINT, BlockSize, Fetch, Json, KvCacheDtype, ModelArg, PipelineParallel, Revision,
+                                TensorParallel, byte_size, engine_option, gpu_memory_option, gpu_option,
+                                max_model_len_option, max_num_batched_tokens_option, max_num_seqs_option)
+from kvplan.cli.root import app
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
@@ -21,10 +24,116 @@ _BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow"
                "kv_cache": "green", "unused": "grey50"}
 
 
-def _size_opt(value: Optional[str], flag: str) -> Optional[int]:
-    from kvplan.io.units import parse_size
+def _measured(flag: str, what: str, eg: str) -> Any:
+    """A measured per-GPU figure replacing kvplan's estimate: a size such as 24GiB, read into bytes."""
+    return typer.Option(flag, parser=byte_size(flag), metavar="<str>", help=(
+        f"Measured {what} per GPU (e.g. {eg}, from a startup log); overrides kvplan's estimate (default: estimated)."))
 
-    return None if value is None else parse_size(value, what=flag)
+
+Gpu = Annotated[Optional[str], gpu_option("GPU name or alias (`kvplan gpus`); no default: give it or --gpu-memory.")]
+GpuMemory = Annotated[Optional[str], gpu_memory_option(
+    "Memory of one GPU as the driver reports it, e.g. 24GiB (default: the catalog's for --gpu); one per GPU, "
+    "comma-separated, when they differ (vLLM plans with the smallest).")]
+Engine = Annotated[str, engine_option(
+    "Whose budget: vllm (default), sglang, trtllm, optionally pinned to a release: vllm==0.11.0 (no version: the "
+    "newest rules; see `kvplan engines`).")]
+Utilization = Annotated[Optional[float], typer.Option("--gpu-memory-utilization", help=(
+    "vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction (default: the "
+    "release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."))]
+MaxModelLen = Annotated[Optional[int], max_model_len_option(
+    f"Context per request, e.g. {LENGTH_HINT} (default: the model's max_position_embeddings, or the engine's own "
+    "length where it derives a shorter one); past the model's, see --allow-long-max-model-len; -1: the longest that "
+    "fits (vLLM's auto-fit, from 0.14; vLLM only).", auto=True)]
+AllowLong = Annotated[bool, typer.Option("--allow-long-max-model-len", help=(
+    "The engine's variable for a max_model_len longer than the model's will be set where it runs: "
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang's SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, TensorRT-LLM's "
+    "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (default: not set; vLLM and SGLang refuse to start, TensorRT-LLM lowers it "
+    "to the model's)."))]
+WeightDtype = Annotated[str, typer.Option("--weight-dtype", help=(
+    "Weight format: auto (default: the checkpoint's, quantization_config read), bf16, fp16, fp8, int8, int4-g128, "
+    "mxfp4."))]
+MaxNumSeqs = Annotated[Optional[int], max_num_seqs_option(
+    "Sequences per step (default: the vLLM release's: 256 in V0; from 0.9, 1024 on GPUs of 70 GiB or more other "
+    "than A100, else 256).")]
+MaxNumBatchedTokens = Annotated[Optional[int], max_num_batched_tokens_option(
+    "Tokens per step, which sizes the profiling run (default: the vLLM release's: V0 max(max_model_len, 2048), "
+    "2048 above 32K; V1 8192 on GPUs of 70 GiB or more other than A100, 16384 on B200 from 0.28, else 2048).")]
+KvCacheMemory = Annotated[Optional[int], typer.Option(
+    "--kv-cache-memory-bytes", parser=byte_size("--kv-cache-memory-bytes"), metavar="<str>",
+    help="KV memory per GPU, e.g. 40GiB: skips the budget (vLLM --kv-cache-memory-bytes; default: the budget's).")]
+WeightsMemory = Annotated[Optional[int], _measured("--weights-memory", "weights", "14.99GiB")]
+ActivationMemory = Annotated[Optional[int], _measured("--activation-memory", "activation peak", "4.35GiB")]
+NonTorchMemory = Annotated[Optional[int], _measured("--non-torch-memory", "non-torch memory", "0.13GiB")]
+CudaGraphMemory = Annotated[Optional[int], _measured("--cuda-graph-memory", "CUDA-graph memory", "0.58GiB")]
+EnforceEager = Annotated[bool, typer.Option("--enforce-eager", help=(
+    "No CUDA graphs: their memory is not reserved (default: graphs captured)."))]
+BlocksOverride = Annotated[Optional[int], typer.Option("--num-gpu-blocks-override", help=(
+    "vLLM: use this many KV blocks (default: as many as the memory holds)."))]
+DisableHybrid = Annotated[bool, typer.Option("--disable-hybrid-kv-cache-manager", help=(
+    "vLLM: size sliding-window layers as full attention (default: the hybrid manager frees out-of-window blocks, "
+    "from 0.9.1)."))]
+MambaCacheMode = Annotated[str, typer.Option("--mamba-cache-mode", help=(
+    "vLLM: none (default: one state block a request) or align (prefix caching: two), from 0.16."))]
+SpeculativeTokens = Annotated[int, typer.Option("--num-speculative-tokens", help=(
+    "vLLM: speculative tokens, extra Mamba state blocks a request (default 0)."))]
+AttentionBackend = Annotated[Optional[str], typer.Option("--attention-backend", help=(
+    "vLLM MLA backend, which sets the block size: FLASHMLA 64 (default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
+    "FLASHINFER_MLA 32 or 64, TRITON_MLA."))]
+Concurrency = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
+    "Requests of max-model-len tokens that must fit at once (default: one)."))]
+
+
+@app.command(name="fit")
+def fit_cmd(
+    model: ModelArg,
+    *,
+    gpu: Gpu = None,
+    gpu_memory: GpuMemory = None,
+    engine: Engine = "vllm",
+    utilization: Utilization = None,
+    max_model_len: MaxModelLen = None,
+    allow_long: AllowLong = False,
+    tp: TensorParallel = 1,
+    pp: PipelineParallel = 1,
+    kv_cache_dtype: KvCacheDtype = "auto",
+    weight_dtype: WeightDtype = "auto",
+    block_size: BlockSize = None,
+    max_num_seqs: MaxNumSeqs = None,
+    max_num_batched_tokens: MaxNumBatchedTokens = None,
+    kv_cache_memory_bytes: KvCacheMemory = None,
+    weights_memory: WeightsMemory = None,
+    activation_memory: ActivationMemory = None,
+    non_torch_memory: NonTorchMemory = None,
+    cuda_graph_memory: CudaGraphMemory = None,
+    enforce_eager: EnforceEager = False,
+    num_gpu_blocks_override: BlocksOverride = None,
+    disable_hybrid: DisableHybrid = False,
+    mamba_cache_mode: MambaCacheMode = "none",
+    num_speculative_tokens: SpeculativeTokens = 0,
+    attention_backend: AttentionBackend = None,
+    concurrency: Concurrency = None,
+    as_json: Json = False,
+    fetch: Fetch = None,
+    revision: Revision = None,
+) -> None:
+    """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
+    memory = Memory(kv_cache=kv_cache_memory_bytes, weights=weights_memory, activation=activation_memory,
+                    non_torch=non_torch_memory, cuda_graph=cuda_graph_memory)
+    report = fit_model(
+        model, gpu=gpu, gpu_memory=gpu_memory, engine=engine, gpu_memory_utilization=utilization,
+        max_model_len=max_model_len, allow_long_max_model_len=allow_long, tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype,
+        weight_dtype=weight_dtype, block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
+        num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
+        mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
+        attention_backend=attention_backend, concurrency=concurrency, fetch=fetch, revision=revision)
+    say_fetched(report.hub, as_json)
+    if as_json:
+        print_json({**fit_json(report), "fetched": fetched_json(report.hub)})
+    else:
+        _render(report)
+    if not report.fits:
+        raise typer.Exit(1)
 
 
 def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
@@ -38,12 +147,21 @@ def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
             "max_model_len_fit": r.max_model_len_fit if r else None, "searched_up_to_gpus": few.searched_up_to}
 
 
-def fit_json(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> dict[str, Any]:
+def _what_if_json(w: WhatIf) -> dict[str, Any]:
+    out: dict[str, Any] = {"change": w.change, "error": w.error or None}
+    if w.result:
+        out.update(fits=w.result.fits, kv_cache_memory_bytes=w.result.kv_cache_memory_bytes,
+                   max_concurrency=round(w.result.max_concurrency, 4), max_model_len_fit=w.result.max_model_len_fit)
+    return out
+
+
+def fit_json(report: FitReport) -> dict[str, Any]:
+    """``kvplan fit --json`` less ``fetched``: the keys are a contract (tests/cli/test_fit_cli.py)."""
+    r = report.result
     return {
-        "model": model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
-        "engine_version": r.engine_version,
-        "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp, "kv_cache_dtype": r.kv_dtype,
-        "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
+        "model": report.model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
+        "engine_version": r.engine_version, "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp,
+        "kv_cache_dtype": r.kv_dtype, "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
         "kv_cache_memory_bytes": r.kv_cache_memory_bytes, "block_size": r.block_size,
         "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "usable_blocks": r.usable_blocks,
         "kv_cache_tokens": r.kv_cache_tokens, "logged_kv_cache_tokens": r.logged_kv_cache_tokens,
@@ -52,18 +170,12 @@ def fit_json(model: str, r: FitResult, alternatives: list[WhatIf], fewest: Fewes
         "borderline": r.borderline, "borderline_why": r.borderline_why or None,
         "reasons": list(r.reasons), "breakdown": r.breakdown.as_dict(), "estimated": list(r.estimated),
         "settings": r.settings, "params": r.params, "notes": list(r.notes),
-        "what_if": [
-            {"change": w.change, "error": w.error or None,
-             **({"fits": w.result.fits, "kv_cache_memory_bytes": w.result.kv_cache_memory_bytes,
-                 "max_concurrency": round(w.result.max_concurrency, 4),
-                 "max_model_len_fit": w.result.max_model_len_fit} if w.result else {})}
-            for w in alternatives
-        ],
-        # added keys: the engine's own longest max_model_len (null: the config gives none), and the fewest
-        # GPUs that fit when neither the deployment nor any single change does (null otherwise)
+        "what_if": [_what_if_json(w) for w in report.alternatives],
+        # the engine's own longest max_model_len (null: the config gives none), and the fewest GPUs that fit
+        # when neither the deployment nor any single change does (null otherwise)
         "context_limit": (r.context_limit.as_dict(exceeded=r.context_exceeded, allowed=r.context_override)
                           if r.context_limit is not None else None),
-        "fewest_gpus": _fewest_json(fewest),
+        "fewest_gpus": _fewest_json(report.fewest),
     }
 
 
@@ -77,150 +189,11 @@ def _bar(r: FitResult, width: int = 60) -> str:
     return "".join(parts)
 
 
-MEASURED = "Measured {what} per GPU (e.g. {eg}, from a startup log); overrides kvplan's estimate."
-
-
-@app.command(name="fit")
-def fit_cmd(
-    model: str = typer.Argument(..., help="Bundled name (`kvplan models`), hub id, or path to a config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU name or alias (`kvplan gpus`); "
-                                                                   "or give --gpu-memory."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Memory of one GPU as the driver reports "
-                                                                        "it, e.g. 24GiB (overrides the catalog's); "
-                                                                        "one per GPU, comma-separated, when they "
-                                                                        "differ (vLLM plans with the smallest)."),
-    engine: str = typer.Option("vllm", "--engine", "-e", help="Whose budget: vllm (default), sglang, trtllm, "
-                                                              "optionally pinned to a release: vllm==0.11.0 (no "
-                                                              "version: the newest rules; see `kvplan engines`)."),
-    utilization: Optional[float] = typer.Option(
-        None, "--gpu-memory-utilization",
-        help="vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction "
-             "(default: the release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", parser=tokens("--max-model-len", auto=True),
-                                                help=f"Context per request, e.g. {LENGTH_HINT} (default: the "
-                                                     "model's max_position_embeddings, or the engine's own length "
-                                                     "where it derives a shorter one); past the model's, see "
-                                                     "--allow-long-max-model-len; -1: the longest that fits "
-                                                     "(vLLM's auto-fit, from 0.14; vLLM only)."),
-    allow_long: bool = typer.Option(False, "--allow-long-max-model-len",
-                                    help="The engine's variable for a max_model_len longer than the model's will "
-                                         "be set where it runs: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang's "
-                                         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, TensorRT-LLM's "
-                                         "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (default: not set; vLLM and SGLang "
-                                         "refuse to start, TensorRT-LLM lowers it to the model's)."),
-    tp: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs that split each layer (default 1)."),
-    pp: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (default 1)."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache dtype: auto (default: the "
-                                                                        "model's), bf16, fp16, fp8, fp8_e5m2, "
-                                                                        "fp8_per_token_head, fp8_ds_mla, int8, "
-                                                                        "nvfp4, as the engine accepts."),
-    weight_dtype: str = typer.Option("auto", "--weight-dtype", help="Weight format: auto (default: the "
-                                                                    "checkpoint's, quantization_config read), "
-                                                                    "bf16, fp16, fp8, int8, int4-g128, mxfp4."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default: the "
-                                                                        "engine's: vLLM 16, 64 for MLA; "
-                                                                        "TRT-LLM 32; SGLang 1)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences per step (default: the vLLM "
-                                                                            "release's: 256 in V0; from 0.9, 1024 "
-                                                                            "on GPUs of 70 GiB or more other than "
-                                                                            "A100, else 256)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", parser=tokens("--max-num-batched-tokens"),
-        help="Tokens per step, which sizes the profiling run (default: the vLLM release's: V0 max(max_model_len, "
-             "2048), 2048 above 32K; V1 8192 on GPUs of 70 GiB or more other than A100, 16384 on B200 from 0.28, "
-             "else 2048)."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes",
-                                                        help="KV memory per GPU, e.g. 40GiB: skips the budget "
-                                                             "(vLLM --kv-cache-memory-bytes)."),
-    weights_memory: Optional[str] = typer.Option(None, "--weights-memory",
-                                                 help=MEASURED.format(what="weights", eg="14.99GiB")),
-    activation_memory: Optional[str] = typer.Option(None, "--activation-memory",
-                                                    help=MEASURED.format(what="activation peak", eg="4.35GiB")),
-    non_torch_memory: Optional[str] = typer.Option(None, "--non-torch-memory",
-                                                   help=MEASURED.format(what="non-torch memory", eg="0.13GiB")),
-    cuda_graph_memory: Optional[str] = typer.Option(None, "--cuda-graph-memory",
-                                                    help=MEASURED.format(what="CUDA-graph memory", eg="0.58GiB")),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs: their memory is not "
-                                                                      "reserved (default: graphs captured)."),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override",
-                                                          help="vLLM: use this many KV blocks (default: as many "
-                                                               "as the memory holds)."),
-    disable_hybrid: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager",
-                                        help="vLLM: size sliding-window layers as full attention (default: the "
-                                             "hybrid manager frees out-of-window blocks, from 0.9.1)."),
-    mamba_cache_mode: str = typer.Option("none", "--mamba-cache-mode",
-                                         help="vLLM: none (default: one state block a request) or align (prefix "
-                                              "caching: two), from 0.16."),
-    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens",
-                                               help="vLLM: speculative tokens, extra Mamba state blocks a request "
-                                                    "(default 0)."),
-    attention_backend: Optional[str] = typer.Option(None, "--attention-backend",
-                                                    help="vLLM MLA backend, which sets the block size: FLASHMLA 64 "
-                                                         "(default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
-                                                         "FLASHINFER_MLA 32 or 64, TRITON_MLA."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c",
-                                              help="Requests of max-model-len tokens that must fit at once "
-                                                   "(default: one)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    fetch: Optional[bool] = FETCH_OPTION,
-    revision: Optional[str] = REVISION_OPTION,
-) -> None:
-    """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
-    from kvplan.core.capacity.common import FitRequest
-    from kvplan.core.capacity.fit import FITTERS, fewest_gpus, fit, what_if, with_borderline
-    from kvplan.core.profiles import parse_engine
-    from kvplan.io.gpus import get_gpu
-    from kvplan.io.models import resolve_model
-
-    choice = parse_engine(engine, allowed=tuple(FITTERS))
-    per_rank = None
-    if gpu_memory is not None and "," in gpu_memory:
-        from kvplan.io.units import parse_size
-
-        per_rank = tuple(parse_size(part.strip(), what="--gpu-memory") for part in gpu_memory.split(","))
-        gpu_memory = min(gpu_memory.split(","), key=lambda part: parse_size(part.strip(), what="--gpu-memory")).strip()
-    gpu_spec = get_gpu(gpu, memory=gpu_memory)
-    auto_fit = max_model_len == -1
-    if auto_fit:
-        if choice.name != "vllm":
-            from kvplan.errors import InputError
-
-            raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
-        max_model_len = None
-    resolved = resolve_model(model, fetch=fetch, revision=revision)
-    spec = resolved.spec
-    say_fetched(resolved.hub, as_json)
-    req = FitRequest(
-        spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
-        gpu_memory_utilization=utilization, max_model_len=max_model_len, block_size=block_size,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        kv_cache_memory_bytes=_size_opt(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
-        weights_memory=_size_opt(weights_memory, "--weights-memory"),
-        activation_memory=_size_opt(activation_memory, "--activation-memory"),
-        non_torch_memory=_size_opt(non_torch_memory, "--non-torch-memory"),
-        cuda_graph_memory=_size_opt(cuda_graph_memory, "--cuda-graph-memory"),
-        enforce_eager=enforce_eager, concurrency=concurrency, gpu_memory_per_rank=per_rank,
-        num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
-        mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long,
-    )
-    result = with_borderline(req, fit(req))
-    head = (choice.note,) if choice.note else ()
-    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
-    alternatives = what_if(req, result) if not result.fits else []
-    fewest = fewest_gpus(req, result, alternatives)
-    if as_json:
-        print_json({**fit_json(spec.name, result, alternatives, fewest), "fetched": fetched_json(resolved.hub)})
-    else:
-        _render(spec.name, result, alternatives, fewest)
-    if not result.fits:
-        raise typer.Exit(1)
-
-
-def _render(model: str, r: FitResult, alternatives: list[WhatIf], fewest: FewestGPUs | None = None) -> None:
+def _render(report: FitReport) -> None:
+    r = report.result
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
-    console.print(f"[bold]{model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} each), "
-                  f"engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
+    console.print(f"[bold]{report.model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} "
+                  f"each), engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
                   f"weights {r.weight_dtype}")
     console.print(f"[dim]{settings}; max_model_len {r.max_model_len}[/]")
     for note in r.notes:
@@ -234,6 +207,19 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf], fewest: Fewest
     print_table(console, table)
     if console.is_terminal:  # colour on a screen; in a file or a CI log the share column says the same
         console.print(_bar(r, width=min(60, console.width - 2)))
+    _render_summary(r)
+    if r.fits:
+        console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
+        return
+    for reason in r.reasons:
+        console.print(f"[bold red]does not fit[/]: {reason}")
+    if report.fewest is not None:
+        _render_fewest(r, report.alternatives, report.fewest)
+    elif report.alternatives:
+        _render_what_if(report.alternatives)
+
+
+def _render_summary(r: FitResult) -> None:
     summary = summary_table()
     summary.add_row("KV cache per GPU", bytes_cell(r.kv_cache_memory_bytes))
     summary.add_row("blocks", f"{r.num_blocks:,} x {r.block_size} tokens")
@@ -250,29 +236,23 @@ def _render(model: str, r: FitResult, alternatives: list[WhatIf], fewest: Fewest
         console.print(f"[dim]the log's 'GPU KV cache size' in this release: {r.logged_capacity_rule}[/]")
     if r.borderline:
         console.print(f"[bold yellow]borderline[/]: {r.borderline_why}")
-    if r.fits:
-        console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
-        return
-    for reason in r.reasons:
-        console.print(f"[bold red]does not fit[/]: {reason}")
-    if fewest is not None:
-        _render_fewest(r, alternatives, fewest)
-        return
-    if alternatives:
-        wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
-                       no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
-                                                  "max_model_len that fits, up to the one set)")
-        for w in alternatives:
-            if w.result is None:
-                wt.add_row(w.change, "error", w.error, "", "")
-            else:
-                wt.add_row(w.change, "[green]yes[/]" if w.result.fits else "[red]no[/]",
-                           format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
-                           f"{w.result.max_model_len_fit}")
-        print_table(console, wt)
 
 
-def _render_fewest(r: FitResult, alternatives: list[WhatIf], few: FewestGPUs) -> None:
+def _render_what_if(alternatives: tuple[WhatIf, ...]) -> None:
+    wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
+                   no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
+                                              "max_model_len that fits, up to the one set)")
+    for w in alternatives:
+        if w.result is None:
+            wt.add_row(w.change, "error", w.error, "", "")
+        else:
+            wt.add_row(w.change, "[green]yes[/]" if w.result.fits else "[red]no[/]",
+                       format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
+                       f"{w.result.max_model_len_fit}")
+    print_table(console, wt)
+
+
+def _render_fewest(r: FitResult, alternatives: tuple[WhatIf, ...], few: FewestGPUs) -> None:
     """Nothing fits on these GPUs: the single changes tried, in one line, then the fewest GPUs that fit."""
     tried = ", ".join(w.change for w in alternatives)
     if tried:
@@ -286,25 +266,4 @@ def _render_fewest(r: FitResult, alternatives: list[WhatIf], few: FewestGPUs) ->
                       no_wrap=("change",), title="The fewest GPUs that fit")
     table.add_row(few.change, f"{few.tp * few.pp}", format_bytes(f.kv_cache_memory_bytes),
                   f"{f.max_concurrency:.2f}x", f"{f.max_model_len_fit}")
-    print_table(console, table)
-
-
-@app.command()
-def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """The GPU catalog: memory as the driver reports it, bandwidth, dense throughput."""
-    from kvplan.io.gpus import gpu_catalog
-
-    rows = [{"name": g.name, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,
-             "hbm_bandwidth_bytes_per_s": g.hbm_bandwidth_bytes_per_s, "bf16_dense_tflops": g.bf16_dense_tflops,
-             "fp8_dense_tflops": g.fp8_dense_tflops, "source": g.source} for g in gpu_catalog()]
-    if as_json:
-        print_json({"gpus": rows})
-        return
-    table = new_table("name", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s", numeric="*", no_wrap=("name",),
-                      title=f"{len(rows)} GPUs (or --gpu-memory 24GiB for any other)")
-    for row in rows:
-        table.add_row(row["name"], format_bytes(row["memory_bytes"]),
-                      f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
-                      f"{row['bf16_dense_tflops']:,g}" if row["bf16_dense_tflops"] else "-",
-                      f"{row['fp8_dense_tflops']:,g}" if row["fp8_dense_tflops"] else "-")
     print_table(console, table)

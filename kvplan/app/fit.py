@@ -1,0 +1,99 @@
+"""``kvplan fit``: a deployment's memory budget under an engine's rules, whether it is borderline, and when it
+does not fit, the single changes that would (what-if) or else the fewest GPUs that do."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvplan.errors import InputError
+
+if TYPE_CHECKING:  # the capacity core is imported when a fit runs, not when `kvplan size` starts
+    from kvplan.core.capacity.common import FitResult
+    from kvplan.core.capacity.fit import FewestGPUs, WhatIf
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.io.hub import HubConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """Measured memory per GPU in bytes (e.g. from a startup log), each replacing kvplan's estimate; and a KV
+    memory that replaces the engine's budget (vLLM --kv-cache-memory-bytes). None: estimated."""
+
+    kv_cache: int | None = None
+    weights: int | None = None
+    activation: int | None = None
+    non_torch: int | None = None
+    cuda_graph: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitReport:
+    model: str  # the spec's name
+    result: FitResult  # borderline marked, the engine choice's and the config's notes first
+    alternatives: tuple[WhatIf, ...]  # single changes fitted with the same rules (empty when it fits)
+    fewest: FewestGPUs | None  # when nothing else fits: the fewest tp x pp GPUs that do
+    hub: HubConfig | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.result.fits
+
+
+def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = None, engine: str = "vllm",
+              gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
+              allow_long_max_model_len: bool = False, tp: int = 1, pp: int = 1, kv_cache_dtype: str = "auto",
+              weight_dtype: str = "auto", block_size: int | None = None, max_num_seqs: int | None = None,
+              max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
+              num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
+              mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, attention_backend: str | None = None,
+              concurrency: int | None = None, fetch: bool | None = None,
+              revision: str | None = None) -> FitReport:
+    """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
+    when they differ), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
+    (the longest that fits); every other setting left None takes the engine release's default."""
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import FITTERS, fewest_gpus, fit, what_if, with_borderline
+    from kvplan.core.profiles import parse_engine
+    from kvplan.io.models import resolve_model
+
+    choice = parse_engine(engine, allowed=tuple(FITTERS))
+    gpu_spec, per_rank = _gpus(gpu, gpu_memory)
+    auto_fit = max_model_len == -1
+    if auto_fit and choice.name != "vllm":
+        raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
+    resolved = resolve_model(model, fetch=fetch, revision=revision)
+    spec = resolved.spec
+    req = FitRequest(
+        spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype,
+        weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=None if auto_fit else max_model_len, block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, kv_cache_memory_bytes=memory.kv_cache,
+        weights_memory=memory.weights, activation_memory=memory.activation, non_torch_memory=memory.non_torch,
+        cuda_graph_memory=memory.cuda_graph, enforce_eager=enforce_eager, concurrency=concurrency,
+        gpu_memory_per_rank=per_rank, num_gpu_blocks_override=num_gpu_blocks_override,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, mamba_cache_mode=mamba_cache_mode,
+        num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend,
+        auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
+    )
+    result = with_borderline(req, fit(req))
+    head = (choice.note,) if choice.note else ()
+    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
+    alternatives = what_if(req, result) if not result.fits else []
+    return FitReport(model=spec.name, result=result, alternatives=tuple(alternatives),
+                     fewest=fewest_gpus(req, result, alternatives), hub=resolved.hub)
+
+
+def _gpus(gpu: str | None, gpu_memory: str | None) -> tuple[GPUSpec, tuple[int, ...] | None]:
+    """The GPU to plan with, and each rank's memory when ``gpu_memory`` lists several (vLLM plans every rank
+    with the smallest: the GPU is that one)."""
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.units import parse_size
+
+    if gpu_memory is None or "," not in gpu_memory:
+        return get_gpu(gpu, memory=gpu_memory), None
+    parts = [part.strip() for part in gpu_memory.split(",")]
+    per_rank = tuple(parse_size(part, what="--gpu-memory") for part in parts)
+    smallest = min(parts, key=lambda part: parse_size(part, what="--gpu-memory"))
+    return get_gpu(gpu, memory=smallest), per_rank

@@ -1,0 +1,180 @@
+"""``kvplan explain LOG``: a vLLM startup log's memory figures, kvplan's prediction for the same deployment
+beside each, and kvplan's arithmetic replayed from the log's own measurements (kvplan.core.capacity.explain
+says which figure comes from which)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvplan.errors import HubError, InputError, KvplanError
+
+if TYPE_CHECKING:  # imported when a log is explained, keeping `kvplan size` start-up small
+    from kvplan.core.capacity.common import FitRequest, FitResult
+    from kvplan.core.capacity.explain import ExplainRow, Replay
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.core.profiles import EngineProfile
+    from kvplan.core.spec import ModelSpec
+    from kvplan.io.hub import HubConfig
+    from kvplan.io.vllm_log import VLLMLog
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainReport:
+    log: VLLMLog  # as read, with --max-model-len and --max-num-batched-tokens put in its place
+    gpu: GPUSpec | None  # the GPU predicted for (None: neither given nor read from the log)
+    rows: tuple[ExplainRow, ...]  # each logged figure, kvplan's prediction and the replay beside it
+    notes: tuple[str, ...]  # what was predicted, with which release's rules, or why nothing was
+    profile: EngineProfile | None  # the vLLM release whose rules predicted (None: no prediction)
+    hub: HubConfig | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """kvplan's fit for the log's deployment, and the fits replayed from the log's own figures."""
+
+    predicted: FitResult | None
+    replay: Replay
+    notes: tuple[str, ...]
+    profile: EngineProfile | None = None
+    hub: HubConfig | None = None
+
+
+def explain_log(log_path: Path, *, model: str | None = None, gpu: str | None = None, gpu_memory: str | None = None,
+                tp: int | None = None, max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
+                max_num_seqs: int | None = None, engine: str | None = None, fetch: bool | None = None,
+                revision: str | None = None) -> ExplainReport:
+    """Read the log at ``log_path`` and predict its deployment: ``model`` (default: the one the log names) on
+    ``gpu`` or a GPU of ``gpu_memory`` (default: the catalog GPU of the logged total memory), with the rules of
+    ``engine`` (``vllm==X.Y.Z``; default: the release the log prints). The other settings default to the log's."""
+    from kvplan.core.capacity.explain import explain_rows
+    from kvplan.io.vllm_log import read_vllm_log
+
+    log = read_vllm_log(log_path)
+    if max_num_batched_tokens is not None:
+        log = dataclasses.replace(log, max_num_batched_tokens=max_num_batched_tokens)
+    if max_model_len is not None:
+        log = dataclasses.replace(log, max_seq_len=max_model_len)
+    gpu_spec = _gpu_for(log, gpu, gpu_memory)
+    p = _predict(log, model, gpu_spec, tp=tp, engine=engine, max_num_seqs=max_num_seqs, fetch=fetch,
+                 revision=revision)
+    return ExplainReport(log=log, gpu=gpu_spec, rows=tuple(explain_rows(log.figures(), p.predicted, p.replay)),
+                         notes=p.notes, profile=p.profile, hub=p.hub)
+
+
+def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> GPUSpec | None:
+    """The GPU given, else the catalog GPU whose memory is the logged total (within 2%), else one of that size."""
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
+
+    if gpu or gpu_memory:
+        return get_gpu(gpu, memory=gpu_memory)
+    if log.total_gpu_memory_bytes:
+        return closest_gpu_by_memory(log.total_gpu_memory_bytes) or GPUSpec(
+            name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
+    return None
+
+
+def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | None, engine: str | None,
+             max_num_seqs: int | None, fetch: bool | None, revision: str | None) -> Prediction:
+    from kvplan.core.capacity.explain import Replay
+    from kvplan.core.capacity.fit import fit
+    from kvplan.io.models import resolve_model
+
+    ref = model or log.model
+    if ref is None or gpu is None:
+        why = ("the log names no model (no 'Initializing ... LLM engine' line); pass --model NAME" if ref is None
+               else "the log gives no GPU memory (pass --gpu or --gpu-memory)")
+        return Prediction(predicted=None, replay=Replay(), notes=(f"no prediction: {why}",))
+    try:
+        resolved = resolve_model(ref, fetch=fetch, revision=revision)
+    except HubError:
+        raise  # a fetch that was asked for and failed is an error, not a missing prediction
+    except KvplanError as exc:
+        return Prediction(predicted=None, replay=Replay(), notes=(
+            f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)",))
+    spec, dtype_note = _as_run(resolved.spec, log)
+    profile, profile_note = _profile(log, engine)
+    req = _request(spec, gpu, log, profile, tp=tp, max_num_seqs=max_num_seqs)
+    predicted = fit(req)
+    notes = [n for n in (dtype_note, profile_note) if n]
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len}, "
+                 f"with the rules of {profile.display} {profile.version}")
+    return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
+                      hub=resolved.hub)
+
+
+def _as_run(spec: ModelSpec, log: VLLMLog) -> tuple[ModelSpec, str | None]:
+    """The spec in the dtype the log's engine ran it in: that dtype sets both the weights and the KV cache
+    (e.g. opt-125m's float16 upcast to float32 on a GPU without fp16 support)."""
+    if log.dtype and log.dtype != spec.dtype and log.dtype in ("float32", "float16", "bfloat16"):
+        return (dataclasses.replace(spec, dtype=log.dtype),
+                f"the log runs {spec.name} in {log.dtype} (the config says {spec.dtype})")
+    return spec, None
+
+
+def _profile(log: VLLMLog, engine: str | None) -> tuple[EngineProfile, str | None]:
+    """The release's rules: ``engine``'s (checked against the log's V0/V1 format), else the log's version's."""
+    from kvplan.core.engines.vllm.profiles import for_log, v0_variant
+
+    if not engine:
+        return for_log(log.version, log.generation)
+    from kvplan.core.profiles import Version, parse_engine
+
+    choice = parse_engine(engine, allowed=("vllm",))
+    assert choice.profile is not None  # vLLM has releases: parse_engine names one
+    asked = choice.profile.since if not choice.asked else Version.parse(choice.asked)
+    if log.generation == "V0" and not asked < Version.parse("0.11.0"):
+        raise InputError(f"--engine {engine}: the log is from vLLM's V0 engine, which 0.11 removed; name the "
+                         "release that wrote it (0.6 to 0.10)")
+    if log.generation == "V1" and asked < Version.parse("0.7.0"):
+        raise InputError(f"--engine {engine}: the log is from vLLM's V1 engine, which begins in 0.7; name the "
+                         "release that wrote it")
+    note = choice.note if choice.note and choice.asked else None
+    return (v0_variant(choice.profile) if log.generation == "V0" else choice.profile), note
+
+
+def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile, *, tp: int | None,
+             max_num_seqs: int | None) -> FitRequest:
+    """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
+    from kvplan.core.capacity.common import FitRequest
+
+    kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
+    return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
+                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
+                      gpu_memory_utilization=log.gpu_memory_utilization,
+                      max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
+                      enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,
+                      max_num_seqs=max_num_seqs, profile=profile,
+                      # the log's max_model_len is the one vLLM started with: past the model's, the variable was set
+                      allow_long_max_model_len=True)
+
+
+def _replay(req: FitRequest, log: VLLMLog) -> Replay:
+    """kvplan's arithmetic fed the log's own figures (kvplan/core/capacity/explain.py says which)."""
+    from kvplan.core.capacity.explain import LOGGED_GIB_HALF_UNIT, Replay
+    from kvplan.core.capacity.fit import fit
+    from kvplan.core.gpus import GPUSpec
+    from kvplan.core.units import GiB
+
+    measured = dataclasses.replace(req, weights_memory=log.weights_bytes, activation_memory=log.activation_bytes,
+                                   non_torch_memory=log.non_torch_bytes,
+                                   cuda_graph_memory=log.cuda_graph_estimate_bytes or log.cuda_graph_bytes)
+    budget = None
+    subtracts = req.engine_profile().rules.cuda_graphs == "subtracted"
+    if (log.total_gpu_memory_bytes and log.gpu_memory_utilization and None not in (
+            log.weights_bytes, log.activation_bytes, log.non_torch_bytes)
+            and (log.cuda_graph_estimate_bytes is not None or not subtracts)):
+        gpu = GPUSpec(name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
+        budget = fit(dataclasses.replace(measured, gpu=gpu, gpu_memory_utilization=log.gpu_memory_utilization))
+    if log.kv_cache_memory_bytes is None:
+        return Replay(budget=budget)
+    kv = log.kv_cache_memory_bytes
+    half = int(LOGGED_GIB_HALF_UNIT * GiB)
+
+    def at(kv_bytes: int) -> FitResult:
+        return fit(dataclasses.replace(measured, kv_cache_memory_bytes=kv_bytes))
+
+    return Replay(budget=budget, kv=at(kv), kv_low=at(kv - half), kv_high=at(kv + half))

@@ -1,5 +1,5 @@
-"""What kvplan ships to plan with: the GPU catalog (``kvplan gpus``) and the example inputs
-(``kvplan examples``)."""
+"""What kvplan ships to plan with: the GPU catalog (``kvplan gpus``), the example inputs (``kvplan examples``)
+and the engine profiles (``kvplan engines``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # each is read only by the command that lists it
     from kvplan.core.gpus import GPUSpec
+    from kvplan.core.profiles import EngineProfile
     from kvplan.io.examples import Example
 
 
@@ -36,3 +37,21 @@ def find_examples(name: str | None = None) -> Examples:
         return Examples(listed=tuple(bundled))
     kind = next((e.kind for e in bundled if e.name == name), "workload")
     return Examples(text=read_text(resolve_input(name, kind)))  # a device or FIFO named here is refused, not read
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineProfiles:
+    """The release profiles of the engines asked for, oldest first, and how far each engine's source was read."""
+
+    profiles: dict[str, tuple[EngineProfile, ...]]  # engine -> its profiles
+    checked_through: dict[str, str]  # engine -> the newest release whose source was read
+
+
+def engine_profiles(name: str | None = None) -> EngineProfiles:
+    """Every engine's profiles, or engine ``name``'s (a version after it, as in ``vllm==0.11.0``, is ignored)."""
+    from kvplan.core.profiles import parse_engine, registry
+
+    reg = registry()
+    names = list(reg.profiles) if name is None else [parse_engine(name, allowed=tuple(reg.profiles)).name]
+    return EngineProfiles(profiles={n: reg.profiles[n] for n in names},
+                          checked_through={n: reg.checked_through[n] for n in names})

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from kvplan.cli.root import app
+from kvplan.app.catalog import EngineProfiles, engine_profiles
 from kvplan.cli.format import make_console, new_table, print_json, print_table
+from kvplan.cli.options import Json
+from kvplan.cli.root import app
 
 console = make_console()
+
+
+@app.command()
+def engines(
+    name: Annotated[Optional[str], typer.Argument(help="One engine (vllm, sglang, trtllm, hf): every profile in full "
+                                                       "(default: all engines, one line per profile).")] = None,
+    *,
+    as_json: Json = False,
+) -> None:
+    """Engine profiles: each release range whose memory rules kvplan models, what changed, and the source."""
+    found = engine_profiles(name)
+    if as_json:
+        print_json({"engines": {n: {"checked_through": found.checked_through[n], "newest": profiles[-1].version,
+                                    "profiles": [_profile_json(p) for p in profiles]}
+                                for n, profiles in found.profiles.items()}})
+    elif name is None:
+        _render_all(found)
+    else:
+        _render_one(found)
 
 
 def _without_source(change: str) -> str:
@@ -24,37 +45,22 @@ def _profile_json(p: Any) -> dict[str, Any]:
             "changes": list(p.changes), "rules": dataclasses.asdict(p.rules)}
 
 
-@app.command()
-def engines(
-    name: Optional[str] = typer.Argument(None, help="One engine (vllm, sglang, trtllm, hf): every profile in full "
-                                                    "(default: all engines, one line per profile)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON: each profile's range, changes and rules."),
-) -> None:
-    """Engine profiles: each release range whose memory rules kvplan models, what changed, and the source."""
-    from kvplan.core.profiles import parse_engine, registry
+def _render_all(found: EngineProfiles) -> None:
+    table = new_table("engine", "from", "what changed first", no_wrap=("engine", "from"),
+                      title="Engine profiles (`kvplan engines NAME` for every change and its source)")
+    for n, profiles in found.profiles.items():
+        for p in profiles:
+            table.add_row(n, p.version, _without_source(p.changes[0]))
+    print_table(console, table)
+    console.print("pin one with --engine NAME==VERSION (e.g. vllm==0.11.0); without a version the newest "
+                  "profile applies. Sources read: " + ", ".join(f"{n} through {checked}"
+                                                                for n, checked in found.checked_through.items()))
 
-    reg = registry()
-    names = list(reg.profiles)
-    if name is not None:
-        names = [parse_engine(name, allowed=tuple(reg.profiles)).name]
-    if as_json:
-        print_json({"engines": {n: {"checked_through": reg.checked_through[n], "newest": reg.newest(n).version,
-                                    "profiles": [_profile_json(p) for p in reg.profiles[n]]} for n in names}})
-        return
-    if name is None:
-        table = new_table("engine", "from", "what changed first", no_wrap=("engine", "from"),
-                          title="Engine profiles (`kvplan engines NAME` for every change and its source)")
-        for n in names:
-            for p in reg.profiles[n]:
-                table.add_row(n, p.version, _without_source(p.changes[0]))
-        print_table(console, table)
-        console.print("pin one with --engine NAME==VERSION (e.g. vllm==0.11.0); without a version the newest "
-                      "profile applies. Sources read: " + ", ".join(f"{n} through {reg.checked_through[n]}"
-                                                                      for n in names))
-        return
-    profiles = reg.profiles[names[0]]
+
+def _render_one(found: EngineProfiles) -> None:
+    (name, profiles), = found.profiles.items()
     console.print(f"[bold]{profiles[0].display}[/]: {len(profiles)} profiles, sources read through "
-                  f"{reg.checked_through[names[0]]} (docs/engine-versions-research.md)")
+                  f"{found.checked_through[name]} (docs/engine-versions-research.md)")
     for p in profiles:
         console.print(f"\n[bold]{p.label}[/]")
         for change in p.changes:

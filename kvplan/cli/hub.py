@@ -1,5 +1,5 @@
-"""``--fetch`` and ``--revision``, shared by every command that takes a MODEL, and the line that says what
-was fetched (stderr in text mode; the ``fetched`` key with ``--json``). The fetching is ``kvplan.io.hub``'s."""
+"""What ``--fetch`` fetched, told once: one line on stderr in text mode, the ``fetched`` key with ``--json``. The
+options are ``kvplan.cli.options``' ``Fetch`` and ``Revision``; the fetching is ``kvplan.io.hub``'s."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kvplan.cli.options import FETCH_HELP, REVISION_HELP
-
 if TYPE_CHECKING:  # kvplan.io.hub is imported when a hub id is resolved
     from kvplan.io.hub import HubConfig
-
-# One OptionInfo each, shared by the commands (Typer reads them, never changes them).
-FETCH_OPTION: Any = typer.Option(None, "--fetch/--no-fetch", help=FETCH_HELP)
-REVISION_OPTION: Any = typer.Option(None, "--revision", help=REVISION_HELP)
 
 
 def fetched_json(hub: HubConfig | None) -> dict[str, Any] | None:

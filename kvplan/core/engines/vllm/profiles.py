@@ -90,7 +90,6 @@ class VLLMRules:
     # mla_block_size whatever it is, or replaced "unless_multiple" of it (sparse MLA: replaced unless equal).
     mla_given_block: str = "kept"
     block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
-    estimate_capped: bool  # the max-model-len estimate searches only up to the configured max_model_len
     override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
     hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
     # Layers of one attention type whose pages differ (other head sizes or KV heads) form one group
@@ -106,7 +105,7 @@ class VLLMRules:
 _OLDEST = VLLMRules(
     v1=False, budget="free_delta", default_utilization=0.9, cuda_graphs="after_kv", kv_cache_memory_bytes=False,
     null_block_in_fit=False, capacity_log="num_blocks", in_flight_admission=False, async_default=False,
-    capture="v0", batch_defaults="v0", mla_block_size=16, estimate_capped=False, override_in_fit=False,
+    capture="v0", batch_defaults="v0", mla_block_size=16, override_in_fit=False,
     hybrid_manager=False,
     # V0 runs FlashAttention when the block is a multiple of 16, else XFormers, whose paged-attention kernel
     # takes 8, 16 and 32 (csrc/attention/paged_attention_v1.cu).
@@ -187,7 +186,7 @@ def _profiles() -> tuple[EngineProfile, ...]:
                  "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
                  "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
                  "A100s no longer get the large batch defaults"),
-       mla_block_size=64, mla_given_block="replaced", estimate_capped=True, batch_defaults="v1_0.9")
+       mla_block_size=64, mla_given_block="replaced", batch_defaults="v1_0.9")
     at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
                  "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
                  "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "

@@ -162,7 +162,3 @@ def parse_engine(text: str, *, allowed: tuple[str, ...] | None = None) -> Engine
         note = (f"{name} {version} is newer than {checked}, the newest release kvplan read: the {chosen.version} "
                 "profile's rules are assumed unchanged")
     return EngineChoice(name=name, profile=chosen, asked=version, note=note)
-
-
-def engine_names() -> tuple[str, ...]:
-    return ("ideal", *registry().profiles)

@@ -10,7 +10,7 @@ import typer
 
 from kvplan.app.catalog import EngineProfiles, engine_profiles
 from kvplan.cli.format import make_console, new_table, print_json, print_table
-from kvplan.cli.options import Json
+from kvplan.cli.options import JsonOption
 from kvplan.cli.root import app
 
 console = make_console()
@@ -21,7 +21,7 @@ def engines(
     name: Annotated[Optional[str], typer.Argument(help="One engine (vllm, sglang, trtllm, hf): every profile in full "
                                                        "(default: all engines, one line per profile).")] = None,
     *,
-    as_json: Json = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Engine profiles: each release range whose memory rules kvplan models, what changed, and the source."""
     found = engine_profiles(name)

@@ -9,7 +9,7 @@ import typer
 
 from kvplan.app.catalog import find_examples
 from kvplan.cli.format import make_console, new_table, print_json, print_table
-from kvplan.cli.options import Json
+from kvplan.cli.options import JsonOption
 from kvplan.cli.root import app
 
 console = make_console()
@@ -20,7 +20,7 @@ def examples(
     name: Annotated[Optional[str], typer.Argument(help="An example's name: print its file, to copy and edit "
                                                        "(default: list them all).")] = None,
     *,
-    as_json: Json = False,
+    as_json: JsonOption = False,
 ) -> None:
     """The bundled example workloads and budgets; `kvplan simulate NAME` and `kvplan check NAME` take their names."""
     found = find_examples(name)

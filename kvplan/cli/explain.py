@@ -10,7 +10,7 @@ import typer
 from kvplan.app.explain import ExplainReport, explain_log
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import (Fetch, Json, Revision, engine_option, gpu_memory_option, gpu_option,
+from kvplan.cli.options import (FetchOption, JsonOption, RevisionOption, engine_option, gpu_memory_option, gpu_option,
                                 max_model_len_option, max_num_batched_tokens_option, max_num_seqs_option)
 from kvplan.cli.root import app
 
@@ -20,23 +20,23 @@ if TYPE_CHECKING:
 console = make_console()
 
 LogArg = Annotated[Path, typer.Argument(metavar="LOG", help="A vLLM startup log (V0 or V1, any version).")]
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help=(
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help=(
     "Model to predict for (default: the one the log names, matched to a bundled config)."))]
-Gpu = Annotated[Optional[str], gpu_option(
+GpuOpt = Annotated[Optional[str], gpu_option(
     "GPU (default: the catalog GPU whose memory matches the logged total within 2%).")]
-GpuMemory = Annotated[Optional[str], gpu_memory_option(
+GpuMemoryOpt = Annotated[Optional[str], gpu_memory_option(
     "Memory of one GPU as the driver reports it, e.g. 23.99GiB, for a GPU not in the catalog (default: from --gpu "
     "or the log).")]
-TensorParallel = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help=(
+TensorParallelOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help=(
     "Tensor parallel size (default: the log's, else 1)."))]
-MaxModelLen = Annotated[Optional[int], max_model_len_option(
+MaxModelLenOpt = Annotated[Optional[int], max_model_len_option(
     "Context length (default: the log's max_seq_len or concurrency line, else the model's).")]
-MaxNumBatchedTokens = Annotated[Optional[int], max_num_batched_tokens_option(
+MaxNumBatchedTokensOpt = Annotated[Optional[int], max_num_batched_tokens_option(
     "Tokens of the profiling batch (default: the log's, else the release's OpenAI-server default; the LLM class "
     "uses more).")]
-MaxNumSeqs = Annotated[Optional[int], max_num_seqs_option(
+MaxNumSeqsOpt = Annotated[Optional[int], max_num_seqs_option(
     "Sequences per batch (default: the release's default for the GPU).")]
-Engine = Annotated[Optional[str], engine_option(
+EngineOpt = Annotated[Optional[str], engine_option(
     "vllm==X.Y.Z: the release that wrote the log (default: the version the log prints).")]
 
 
@@ -44,17 +44,17 @@ Engine = Annotated[Optional[str], engine_option(
 def explain(
     log_path: LogArg,
     *,
-    model: Model = None,
-    gpu: Gpu = None,
-    gpu_memory: GpuMemory = None,
-    tp: TensorParallel = None,
-    max_model_len: MaxModelLen = None,
-    max_num_batched_tokens: MaxNumBatchedTokens = None,
-    max_num_seqs: MaxNumSeqs = None,
-    engine: Engine = None,
-    as_json: Json = False,
-    fetch: Fetch = None,
-    revision: Revision = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    tp: TensorParallelOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    engine: EngineOpt = None,
+    as_json: JsonOption = False,
+    fetch: FetchOption = None,
+    revision: RevisionOption = None,
 ) -> None:
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
     report = explain_log(log_path, model=model, gpu=gpu, gpu_memory=gpu_memory, tp=tp, max_model_len=max_model_len,

@@ -10,9 +10,10 @@ import typer
 from kvplan.app.fit import FitReport, Memory, fit_model
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import (LENGTH_HINT, BlockSize, Fetch, Json, KvCacheDtype, ModelArg, PipelineParallel, Revision,
-                                TensorParallel, byte_size, engine_option, gpu_memory_option, gpu_option,
-                                max_model_len_option, max_num_batched_tokens_option, max_num_seqs_option)
+from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption, ModelArg,
+                                PipelineParallelOption, RevisionOption, TensorParallelOption, byte_size, engine_option,
+                                gpu_memory_option, gpu_option, max_model_len_option, max_num_batched_tokens_option,
+                                max_num_seqs_option)
 from kvplan.cli.root import app
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
@@ -30,56 +31,56 @@ def _measured(flag: str, what: str, eg: str) -> Any:
         f"Measured {what} per GPU (e.g. {eg}, from a startup log); overrides kvplan's estimate (default: estimated)."))
 
 
-Gpu = Annotated[Optional[str], gpu_option("GPU name or alias (`kvplan gpus`); no default: give it or --gpu-memory.")]
-GpuMemory = Annotated[Optional[str], gpu_memory_option(
+GpuOpt = Annotated[Optional[str], gpu_option("GPU name or alias (`kvplan gpus`); no default: give it or --gpu-memory.")]
+GpuMemoryOpt = Annotated[Optional[str], gpu_memory_option(
     "Memory of one GPU as the driver reports it, e.g. 24GiB (default: the catalog's for --gpu); one per GPU, "
     "comma-separated, when they differ (vLLM plans with the smallest).")]
-Engine = Annotated[str, engine_option(
+EngineOpt = Annotated[str, engine_option(
     "Whose budget: vllm (default), sglang, trtllm, optionally pinned to a release: vllm==0.11.0 (no version: the "
     "newest rules; see `kvplan engines`).")]
-Utilization = Annotated[Optional[float], typer.Option("--gpu-memory-utilization", help=(
+UtilizationOpt = Annotated[Optional[float], typer.Option("--gpu-memory-utilization", help=(
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static / TRT-LLM free_gpu_memory_fraction (default: the "
     "release's: vLLM 0.9, 0.92 from 0.20; SGLang by GPU memory and tp; TRT-LLM 0.9)."))]
-MaxModelLen = Annotated[Optional[int], max_model_len_option(
+MaxModelLenOpt = Annotated[Optional[int], max_model_len_option(
     f"Context per request, e.g. {LENGTH_HINT} (default: the model's max_position_embeddings, or the engine's own "
     "length where it derives a shorter one); past the model's, see --allow-long-max-model-len; -1: the longest that "
     "fits (vLLM's auto-fit, from 0.14; vLLM only).", auto=True)]
-AllowLong = Annotated[bool, typer.Option("--allow-long-max-model-len", help=(
+AllowLongOpt = Annotated[bool, typer.Option("--allow-long-max-model-len", help=(
     "The engine's variable for a max_model_len longer than the model's will be set where it runs: "
     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang's SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, TensorRT-LLM's "
     "TLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (default: not set; vLLM and SGLang refuse to start, TensorRT-LLM lowers it "
     "to the model's)."))]
-WeightDtype = Annotated[str, typer.Option("--weight-dtype", help=(
+WeightDtypeOpt = Annotated[str, typer.Option("--weight-dtype", help=(
     "Weight format: auto (default: the checkpoint's, quantization_config read), bf16, fp16, fp8, int8, int4-g128, "
     "mxfp4."))]
-MaxNumSeqs = Annotated[Optional[int], max_num_seqs_option(
+MaxNumSeqsOpt = Annotated[Optional[int], max_num_seqs_option(
     "Sequences per step (default: the vLLM release's: 256 in V0; from 0.9, 1024 on GPUs of 70 GiB or more other "
     "than A100, else 256).")]
-MaxNumBatchedTokens = Annotated[Optional[int], max_num_batched_tokens_option(
+MaxNumBatchedTokensOpt = Annotated[Optional[int], max_num_batched_tokens_option(
     "Tokens per step, which sizes the profiling run (default: the vLLM release's: V0 max(max_model_len, 2048), "
     "2048 above 32K; V1 8192 on GPUs of 70 GiB or more other than A100, 16384 on B200 from 0.28, else 2048).")]
-KvCacheMemory = Annotated[Optional[int], typer.Option(
+KvCacheMemoryOpt = Annotated[Optional[int], typer.Option(
     "--kv-cache-memory-bytes", parser=byte_size("--kv-cache-memory-bytes"), metavar="<str>",
     help="KV memory per GPU, e.g. 40GiB: skips the budget (vLLM --kv-cache-memory-bytes; default: the budget's).")]
-WeightsMemory = Annotated[Optional[int], _measured("--weights-memory", "weights", "14.99GiB")]
-ActivationMemory = Annotated[Optional[int], _measured("--activation-memory", "activation peak", "4.35GiB")]
-NonTorchMemory = Annotated[Optional[int], _measured("--non-torch-memory", "non-torch memory", "0.13GiB")]
-CudaGraphMemory = Annotated[Optional[int], _measured("--cuda-graph-memory", "CUDA-graph memory", "0.58GiB")]
-EnforceEager = Annotated[bool, typer.Option("--enforce-eager", help=(
+WeightsMemoryOpt = Annotated[Optional[int], _measured("--weights-memory", "weights", "14.99GiB")]
+ActivationMemoryOpt = Annotated[Optional[int], _measured("--activation-memory", "activation peak", "4.35GiB")]
+NonTorchMemoryOpt = Annotated[Optional[int], _measured("--non-torch-memory", "non-torch memory", "0.13GiB")]
+CudaGraphMemoryOpt = Annotated[Optional[int], _measured("--cuda-graph-memory", "CUDA-graph memory", "0.58GiB")]
+EnforceEagerOpt = Annotated[bool, typer.Option("--enforce-eager", help=(
     "No CUDA graphs: their memory is not reserved (default: graphs captured)."))]
-BlocksOverride = Annotated[Optional[int], typer.Option("--num-gpu-blocks-override", help=(
+BlocksOverrideOpt = Annotated[Optional[int], typer.Option("--num-gpu-blocks-override", help=(
     "vLLM: use this many KV blocks (default: as many as the memory holds)."))]
-DisableHybrid = Annotated[bool, typer.Option("--disable-hybrid-kv-cache-manager", help=(
+DisableHybridOpt = Annotated[bool, typer.Option("--disable-hybrid-kv-cache-manager", help=(
     "vLLM: size sliding-window layers as full attention (default: the hybrid manager frees out-of-window blocks, "
     "from 0.9.1)."))]
-MambaCacheMode = Annotated[str, typer.Option("--mamba-cache-mode", help=(
+MambaCacheModeOpt = Annotated[str, typer.Option("--mamba-cache-mode", help=(
     "vLLM: none (default: one state block a request) or align (prefix caching: two), from 0.16."))]
-SpeculativeTokens = Annotated[int, typer.Option("--num-speculative-tokens", help=(
+SpeculativeTokensOpt = Annotated[int, typer.Option("--num-speculative-tokens", help=(
     "vLLM: speculative tokens, extra Mamba state blocks a request (default 0)."))]
-AttentionBackend = Annotated[Optional[str], typer.Option("--attention-backend", help=(
+AttentionBackendOpt = Annotated[Optional[str], typer.Option("--attention-backend", help=(
     "vLLM MLA backend, which sets the block size: FLASHMLA 64 (default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
     "FLASHINFER_MLA 32 or 64, TRITON_MLA."))]
-Concurrency = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
+ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of max-model-len tokens that must fit at once (default: one)."))]
 
 
@@ -87,34 +88,34 @@ Concurrency = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=
 def fit_cmd(
     model: ModelArg,
     *,
-    gpu: Gpu = None,
-    gpu_memory: GpuMemory = None,
-    engine: Engine = "vllm",
-    utilization: Utilization = None,
-    max_model_len: MaxModelLen = None,
-    allow_long: AllowLong = False,
-    tp: TensorParallel = 1,
-    pp: PipelineParallel = 1,
-    kv_cache_dtype: KvCacheDtype = "auto",
-    weight_dtype: WeightDtype = "auto",
-    block_size: BlockSize = None,
-    max_num_seqs: MaxNumSeqs = None,
-    max_num_batched_tokens: MaxNumBatchedTokens = None,
-    kv_cache_memory_bytes: KvCacheMemory = None,
-    weights_memory: WeightsMemory = None,
-    activation_memory: ActivationMemory = None,
-    non_torch_memory: NonTorchMemory = None,
-    cuda_graph_memory: CudaGraphMemory = None,
-    enforce_eager: EnforceEager = False,
-    num_gpu_blocks_override: BlocksOverride = None,
-    disable_hybrid: DisableHybrid = False,
-    mamba_cache_mode: MambaCacheMode = "none",
-    num_speculative_tokens: SpeculativeTokens = 0,
-    attention_backend: AttentionBackend = None,
-    concurrency: Concurrency = None,
-    as_json: Json = False,
-    fetch: Fetch = None,
-    revision: Revision = None,
+    gpu: GpuOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    engine: EngineOpt = "vllm",
+    utilization: UtilizationOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    allow_long: AllowLongOpt = False,
+    tp: TensorParallelOption = 1,
+    pp: PipelineParallelOption = 1,
+    kv_cache_dtype: KvCacheDtypeOption = "auto",
+    weight_dtype: WeightDtypeOpt = "auto",
+    block_size: BlockSizeOption = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    kv_cache_memory_bytes: KvCacheMemoryOpt = None,
+    weights_memory: WeightsMemoryOpt = None,
+    activation_memory: ActivationMemoryOpt = None,
+    non_torch_memory: NonTorchMemoryOpt = None,
+    cuda_graph_memory: CudaGraphMemoryOpt = None,
+    enforce_eager: EnforceEagerOpt = False,
+    num_gpu_blocks_override: BlocksOverrideOpt = None,
+    disable_hybrid: DisableHybridOpt = False,
+    mamba_cache_mode: MambaCacheModeOpt = "none",
+    num_speculative_tokens: SpeculativeTokensOpt = 0,
+    attention_backend: AttentionBackendOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    as_json: JsonOption = False,
+    fetch: FetchOption = None,
+    revision: RevisionOption = None,
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
     memory = Memory(kv_cache=kv_cache_memory_bytes, weights=weights_memory, activation=activation_memory,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from kvplan.app.catalog import gpu_catalog
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
-from kvplan.cli.options import Json
+from kvplan.cli.options import JsonOption
 from kvplan.cli.root import app
 
 console = make_console()
 
 
 @app.command()
-def gpus(*, as_json: Json = False) -> None:
+def gpus(*, as_json: JsonOption = False) -> None:
     """The GPU catalog: memory as the driver reports it, bandwidth, dense throughput."""
     catalog = gpu_catalog()
     if as_json:

@@ -1,5 +1,5 @@
 """What ``--fetch`` fetched, told once: one line on stderr in text mode, the ``fetched`` key with ``--json``. The
-options are ``kvplan.cli.options``' ``Fetch`` and ``Revision``; the fetching is ``kvplan.io.hub``'s."""
+options are ``kvplan.cli.options``' ``FetchOption`` and ``RevisionOption``; the fetching is ``kvplan.io.hub``'s."""
 
 from __future__ import annotations
 

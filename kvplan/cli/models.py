@@ -11,14 +11,14 @@ from kvplan.app.models import ShownModel, bundled_models, show_model
 from kvplan.cli.format import (bytes_cell, format_bytes, layers_cell, make_console, new_table, print_json,
                                print_table)
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import Fetch, Json, ModelArg, Revision
+from kvplan.cli.options import FetchOption, JsonOption, ModelArg, RevisionOption
 from kvplan.cli.root import app
 
 console = make_console()
 
 
 @app.command()
-def models(*, as_json: Json = False) -> None:
+def models(*, as_json: JsonOption = False) -> None:
     """The bundled model configs."""
     rows = bundled_models()
     if as_json:
@@ -36,7 +36,13 @@ def models(*, as_json: Json = False) -> None:
 
 
 @app.command()
-def show(model: ModelArg, *, as_json: Json = False, fetch: Fetch = None, revision: Revision = None) -> None:
+def show(
+    model: ModelArg,
+    *,
+    as_json: JsonOption = False,
+    fetch: FetchOption = None,
+    revision: RevisionOption = None,
+) -> None:
     """The parsed model spec, layer by layer."""
     shown = show_model(model, fetch=fetch, revision=revision)
     say_fetched(shown.hub, as_json)

@@ -1,9 +1,10 @@
 """Options shared by the commands, declared once.
 
-An option that reads the same on every command is an ``Annotated`` alias (``as_json: Json = False``). One whose
-flags are shared but whose default, and so its help, differs by command (``--engine`` is ``ideal`` for
-``size``, ``vllm`` for ``fit``, the log's release for ``explain``) is made by a function that takes the help
-(``engine: Annotated[str, engine_option(HELP)] = "vllm"``): the flag names are still written here only.
+An option that reads the same on every command is an ``Annotated`` alias named ``...Option`` here
+(``as_json: JsonOption = False``); a command's own options are ``...Opt`` aliases in its module. An option whose
+flags are shared but whose default, and so its help, differs by command (``--engine`` is ``ideal`` for ``size``,
+``vllm`` for ``fit``, the log's release for ``explain``) is made by a function that takes the help
+(``EngineOpt = Annotated[str, engine_option(HELP)]``): its flag names are still written here only.
 
 Every length in tokens (``--seq-len``, ``--max-model-len``, ``--max-num-batched-tokens``, ``--prompt-len``) is
 read by ``kvplan.io.units.parse_length``, so ``8k`` and ``32K`` (x1024) work wherever a length does, and a
@@ -54,18 +55,17 @@ BLOCK_HELP = ("Tokens per KV block (default: the engine's: vllm 16, 64 for MLA m
 # --- the same on every command that takes them
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables; default: "
                                                           "tables.")]
-Json = JsonOption
-Fetch = Annotated[Optional[bool], typer.Option("--fetch/--no-fetch", help=FETCH_HELP)]
-Revision = Annotated[Optional[str], typer.Option("--revision", help=REVISION_HELP)]
+FetchOption = Annotated[Optional[bool], typer.Option("--fetch/--no-fetch", help=FETCH_HELP)]
+RevisionOption = Annotated[Optional[str], typer.Option("--revision", help=REVISION_HELP)]
 ModelArg = Annotated[str, typer.Argument(help="Bundled name (`kvplan models`), hub id, or path to a config.json "
                                               "(or its folder).")]
-KvCacheDtype = Annotated[str, typer.Option("--kv-cache-dtype", help=DTYPE_HELP)]
-BlockSize = Annotated[Optional[int], typer.Option("--block-size", help=BLOCK_HELP)]
-TensorParallel = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", help=(
+KvCacheDtypeOption = Annotated[str, typer.Option("--kv-cache-dtype", help=DTYPE_HELP)]
+BlockSizeOption = Annotated[Optional[int], typer.Option("--block-size", help=BLOCK_HELP)]
+TensorParallelOption = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", help=(
     "Tensor parallel size: GPUs that split each layer, KV heads over them (default 1)."))]
-PipelineParallel = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help=(
+PipelineParallelOption = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help=(
     "Pipeline parallel size: stages that split the layers (default 1)."))]
-Batch = Annotated[int, typer.Option("--batch", "-b", help="Sequences held at once (default 1).")]
+BatchOption = Annotated[int, typer.Option("--batch", "-b", help="Sequences held at once (default 1).")]
 
 
 # --- the same flags, a default (so a help) of each command's own

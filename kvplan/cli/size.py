@@ -11,8 +11,9 @@ from kvplan.app.size import MeasuredSizeReport, SizeReport, size_model
 from kvplan.cli.format import (bytes_cell, format_bytes, layers_cell, make_console, new_table, print_json,
                                print_table, summary_table)
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import (LENGTH_HINT, Batch, BlockSize, Fetch, Json, KvCacheDtype, ModelArg, PipelineParallel,
-                                Revision, TensorParallel, engine_option, tokens)
+from kvplan.cli.options import (LENGTH_HINT, BatchOption, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption,
+                                ModelArg, PipelineParallelOption, RevisionOption, TensorParallelOption, engine_option,
+                                tokens)
 from kvplan.cli.root import app
 from kvplan.core.engines import ENGINES
 from kvplan.core.sizing import GroupSize, SizeResult
@@ -23,7 +24,7 @@ console = make_console()
 ENGINE_HELP = (f"Whose allocation rules: {', '.join(ENGINES)}, optionally pinned to a release, e.g. "
                "vllm==0.11.0 (default ideal: exactly the token states; no version: the newest rules; "
                "`kvplan engines` lists the releases).")
-SeqLen = Annotated[Optional[int], typer.Option(
+SeqLenOpt = Annotated[Optional[int], typer.Option(
     "--seq-len", "-s", "--max-model-len", parser=tokens("--seq-len"),
     help=f"Tokens per sequence, e.g. {LENGTH_HINT} (default: the model's max context, max_position_embeddings).")]
 
@@ -32,16 +33,16 @@ SeqLen = Annotated[Optional[int], typer.Option(
 def size(
     model: ModelArg,
     *,
-    batch: Batch = 1,
-    seq_len: SeqLen = None,
-    kv_cache_dtype: KvCacheDtype = "auto",
-    tp: TensorParallel = 1,
-    pp: PipelineParallel = 1,
+    batch: BatchOption = 1,
+    seq_len: SeqLenOpt = None,
+    kv_cache_dtype: KvCacheDtypeOption = "auto",
+    tp: TensorParallelOption = 1,
+    pp: PipelineParallelOption = 1,
     engine: Annotated[str, engine_option(ENGINE_HELP)] = "ideal",
-    block_size: BlockSize = None,
-    as_json: Json = False,
-    fetch: Fetch = None,
-    revision: Revision = None,
+    block_size: BlockSizeOption = None,
+    as_json: JsonOption = False,
+    fetch: FetchOption = None,
+    revision: RevisionOption = None,
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
     report = size_model(model, batch=batch, seq_len=seq_len, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,

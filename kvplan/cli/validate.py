@@ -11,46 +11,46 @@ from rich.text import Text
 from kvplan.app.validate import ValidateReport, validate_models
 from kvplan.cli.format import format_bytes, make_console, new_table, print_json, print_table
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import Batch, Fetch, Json, Revision, tokens
+from kvplan.cli.options import BatchOption, FetchOption, JsonOption, RevisionOption, tokens
 from kvplan.cli.root import app
 
 console = make_console()
 
-ModelArg = Annotated[Optional[str], typer.Argument(help=(
+ModelOrMatrixArg = Annotated[Optional[str], typer.Argument(help=(
     "Bundled name, hub id, or config.json (not with --matrix; no default: give it or --matrix)."))]
-SeqLen = Annotated[int, typer.Option("--seq-len", "-s", parser=tokens("--seq-len"), help=(
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-s", parser=tokens("--seq-len"), help=(
     "Tokens in the cache when it is measured, e.g. 2048 or 2k (default 64)."))]
-PromptLen = Annotated[Optional[int], typer.Option("--prompt-len", parser=tokens("--prompt-len"), help=(
+PromptLenOpt = Annotated[Optional[int], typer.Option("--prompt-len", parser=tokens("--prompt-len"), help=(
     "Prefill length; the rest is decoded one token at a time (default seq_len - 8)."))]
-Dtype = Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16 (default auto: the model's dtype).")]
-Layers = Annotated[Optional[int], typer.Option("--layers", help=(
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16 (default auto: the model's dtype).")]
+LayersOpt = Annotated[Optional[int], typer.Option("--layers", help=(
     "Build only the first N layers and scale the whole-model figures (default: all; a model too large for the "
     "device is refused with an N that fits)."))]
-Device = Annotated[str, typer.Option("--device", help="cpu or cuda (default auto: cuda when torch sees one).")]
-Tolerance = Annotated[float, typer.Option("--tolerance", help=(
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (default auto: cuda when torch sees one).")]
+ToleranceOpt = Annotated[float, typer.Option("--tolerance", help=(
     "Largest relative error that passes (default 0.05, i.e. 5%)."))]
-Matrix = Annotated[Optional[Path], typer.Option("--matrix", help=(
+MatrixOpt = Annotated[Optional[Path], typer.Option("--matrix", help=(
     "A YAML list of cases, e.g. configs/validation/matrix-cpu.yaml (default: the one case given)."))]
-Report = Annotated[Optional[Path], typer.Option("--report", help=(
+ReportOpt = Annotated[Optional[Path], typer.Option("--report", help=(
     "Write validation.md and validation.json into this folder (default: none)."))]
 
 
 @app.command()
 def validate(
-    model: ModelArg = None,
+    model: ModelOrMatrixArg = None,
     *,
-    batch: Batch = 1,
-    seq_len: SeqLen = 64,
-    prompt_len: PromptLen = None,
-    dtype: Dtype = "auto",
-    layers: Layers = None,
-    device: Device = "auto",
-    tolerance: Tolerance = 0.05,
-    matrix: Matrix = None,
-    report: Report = None,
-    as_json: Json = False,
-    fetch: Fetch = None,
-    revision: Revision = None,
+    batch: BatchOption = 1,
+    seq_len: SeqLenOpt = 64,
+    prompt_len: PromptLenOpt = None,
+    dtype: DtypeOpt = "auto",
+    layers: LayersOpt = None,
+    device: DeviceOpt = "auto",
+    tolerance: ToleranceOpt = 0.05,
+    matrix: MatrixOpt = None,
+    report: ReportOpt = None,
+    as_json: JsonOption = False,
+    fetch: FetchOption = None,
+    revision: RevisionOption = None,
 ) -> None:
     """Run real models with torch and set kvplan's predictions beside the measured memory."""
     done = validate_models(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, dtype=dtype, layers=layers,

@@ -12,8 +12,8 @@ import typer.models
 
 from kvplan.cli import app
 
-# the modules whose commands follow the rule (check, simulate and schema join when they are converted)
-MODULES = ("size", "models", "examples", "fit", "gpus", "explain", "validate", "engines")
+# the modules whose commands follow the rule (check joins when its options are converted)
+MODULES = ("size", "models", "examples", "fit", "gpus", "explain", "validate", "engines", "simulate", "schema")
 
 
 def _commands() -> list[typer.models.CommandInfo]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -158,16 +158,25 @@ def _markdown(results: list["LimitResult"], changes: list["Change"]) -> str:
     return "\n".join(out) + "\n"
 
 
+BudgetsArg = Annotated[Path, typer.Argument(
+    metavar="BUDGETS", help="Budgets YAML (see `kvplan schema budgets`), or a bundled one by name: `kvplan check "
+                            "example`.")]
+JunitOpt = Annotated[Optional[Path], typer.Option(
+    "--junit-xml", help="Also write a JUnit XML report here, one test case per limit (default: none).")]
+BaselineOpt = Annotated[Optional[Path], typer.Option(
+    "--baseline", help="A previous `kvplan check --json` output; report what changed and what got worse (default: "
+                       "none).")]
+CheckJsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print the results as one JSON document on stdout, for a later --baseline (default: a table).")]
+
+
 @app.command()
 def check(
-    budgets_file: Path = typer.Argument(..., metavar="BUDGETS", help=(
-        "Budgets YAML (see `kvplan schema budgets`), or a bundled one by name: `kvplan check example`.")),
-    junit: Optional[Path] = typer.Option(None, "--junit-xml", help=(
-        "Also write a JUnit XML report here, one test case per limit (default: none).")),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help=(
-        "A previous `kvplan check --json` output; report what changed and what got worse (default: none).")),
-    as_json: bool = typer.Option(False, "--json", help=(
-        "Print the results as one JSON document on stdout, for a later --baseline (default: a table).")),
+    budgets_file: BudgetsArg,
+    *,
+    junit: JunitOpt = None,
+    baseline: BaselineOpt = None,
+    as_json: CheckJsonOpt = False,
 ) -> None:
     """Check capacity budgets: every limit's value, margin and verdict; exit 1 when any fails.
 

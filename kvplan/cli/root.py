@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -96,13 +96,14 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error (the exit code stays); "
+                                                        "default: one line.")]
+VersionOpt = Annotated[Optional[bool], typer.Option("--version", callback=_print_version, is_eager=True,
+                                                    help="Print kvplan's version and exit.")]
+
+
 @app.callback()
-def _root(
-    ctx: typer.Context,
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (the exit code stays)."),
-    version: Optional[bool] = typer.Option(None, "--version", callback=_print_version, is_eager=True,
-                                           help="Print kvplan's version and exit."),
-) -> None:
+def _root(ctx: typer.Context, *, debug: DebugOpt = False, version: VersionOpt = None) -> None:
     ctx.obj = {"debug": debug}
     if ctx.invoked_subcommand is None:  # bare `kvplan`: the help page, and success
         typer.echo(ctx.get_help())

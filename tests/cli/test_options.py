@@ -12,8 +12,9 @@ import typer.models
 
 from kvplan.cli import app
 
-# the modules whose commands follow the rule (check joins when its options are converted)
-MODULES = ("size", "models", "examples", "fit", "gpus", "explain", "validate", "engines", "simulate", "schema")
+# the modules whose commands follow the rule: every command module
+MODULES = ("size", "models", "examples", "fit", "gpus", "explain", "validate", "engines", "simulate", "schema",
+           "check")
 
 
 def _commands() -> list[typer.models.CommandInfo]:

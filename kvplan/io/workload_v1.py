@@ -163,6 +163,7 @@ def long_prompt_reason(wf: WorkloadFile, prompts: list[int], max_num_batched_tok
 def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
     """The pool (fit's vLLM plan), the scheduler, the step model and the requests for kvplan.core.sim.v1."""
     from kvplan.core.engines.vllm.plan import plan_vllm
+    from kvplan.core.engines.vllm.scheduler_rules import scheduler_notes
     from kvplan.core.profiles import parse_engine
     from kvplan.core.spec import LinearLayer
     from kvplan.io.gpus import get_gpu
@@ -216,7 +217,8 @@ def resolve_v1(path: Path, wf: WorkloadFile, reason: str) -> V1Workload:
         scheduler = SchedulerConfig(max_num_seqs=sch.max_num_seqs, max_num_batched_tokens=mnbt, max_model_len=max_len,
                                     enable_prefix_caching=caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
-                                    async_scheduling=async_)
+                                    async_scheduling=async_, rules=choice.profile.rules.scheduler)
+        notes.extend(scheduler_notes(choice.profile, layout, caching=caching))
         offload = None
         if wf.offload is not None:
             cpu_bytes, bw = wf.offload.bytes()

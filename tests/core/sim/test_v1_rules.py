@@ -226,3 +226,13 @@ def test_the_notes_say_what_is_not_modelled():
     assert not any("checkpoint" in n for n in scheduler_notes(swa, SWA, caching=False))
     assert any("prefix caching on by default" in n for n in scheduler_notes(before, LINEAR, caching=False))
     assert len(scheduler_notes(parse_engine("vllm==0.27.0").profile, LINEAR, caching=False)) == 1
+
+
+def test_without_the_gate_a_request_outgrowing_the_pool_alone_is_stopped_not_looped():
+    # 4 usable blocks (64 tokens); a 40-token prompt growing to 90 tokens. Its first chunk fits, so before 0.19.0
+    # vLLM admits it, preempts it at 64 tokens (it is alone), re-admits it and preempts it again, forever.
+    with pytest.raises(InputError, match="outgrows the whole pool"):
+        run([req(0, 40, out=50)], older(full_sequence_gate=False), num_blocks=5)
+    # with the gate, it is preempted once and then never admitted again: the same dead end, said so
+    with pytest.raises(InputError, match="can never be admitted"):
+        run([req(0, 40, out=50)], NEWEST, num_blocks=5)

@@ -409,5 +409,6 @@ class KVCacheManager:
 
     def blocks_for_prompt(self, r: ReqState) -> int:
         """Blocks the admission gate asks of an empty pool for r (for error messages)."""
-        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), self.caps[gi] or 1 << 62)
+        caps = self.caps if self.gate_capped else [None] * len(self.groups)
+        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), caps[gi] or 1 << 62)
                    for gi in range(len(self.groups)))

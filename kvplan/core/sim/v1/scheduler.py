@@ -172,6 +172,8 @@ class _Sim:
                     preemptions += 1
                     preempted = True
                     if victim is r:
+                        if not mgr.reserve_full_isl and pool.num_free == pool.num_blocks - 1:
+                            self._outgrows(r)
                         break
                     ok = mgr.allocate_slots(r, num)
                 if not ok:
@@ -309,6 +311,15 @@ class _Sim:
                 raise InputError("the simulation did not end")
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start)
+
+    def _outgrows(self, r: ReqState) -> None:
+        """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
+        re-admits it on its first chunk and preempts it again at the same point, forever: stop instead."""
+        pool = self.mgr.pool
+        raise InputError(f"request {r.req.id} ({r.num_tokens} tokens) outgrows the whole pool ({pool.num_blocks - 1} "
+                         f"blocks) even alone: vLLM {self.cfg.rules.release}'s scheduler (no whole-sequence admission "
+                         "gate before 0.19.0) would preempt and recompute it forever; give the pool more blocks or "
+                         "shorten the request")
 
     def _check(self, running: list[ReqState], waiting: deque[ReqState]) -> None:
         """Every block held is accounted for by reference counts; free blocks are held by nobody; the null

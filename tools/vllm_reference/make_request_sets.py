@@ -259,6 +259,28 @@ SETS = {
 }
 
 
+def sliding_dry_pool() -> dict:
+    # A two-layer Mistral-style model whose layers all slide (window 32), so the pool can be tiny: 5 usable
+    # blocks of 16, a budget of 16 tokens (the sliding admission cap is cdiv(31 + 16, 16) + 1 = 4 blocks).
+    config = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+              "num_hidden_layers": 2, "sliding_window": 32, "max_position_embeddings": 32768,
+              "vocab_size": 32000, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}
+    out = [req(0, 0, [(5_000_001, 80)], (5_000_002, 60)), req(1, 5, [(5_000_003, 2)], (5_000_004, 60))]
+    rs = request_set(
+        "sliding-dry-pool",
+        "Two requests on a model whose two layers all use a 32-token sliding window, 5 usable blocks of 16, "
+        "budget 16: each request holds 3 blocks most of the time, so the pool runs dry when the first needs a "
+        "new block past the sliding admission cap (4 blocks). vLLM 0.20.2+ preempts the second; 0.20.0-0.20.1 "
+        "count the capped table as needing nothing in every allocation and BlockPool.get_new_blocks raises.",
+        None, 6, sched(max_num_seqs=2, max_num_batched_tokens=16, max_model_len=256), out)
+    rs["model_config"] = config
+    return rs
+
+
+SETS["sliding-dry-pool"] = sliding_dry_pool
+
+
 def async_variant(name: str):
     """The same requests with async scheduling on (vLLM's default since 0.14.0): two batches in flight."""
     def make() -> dict:

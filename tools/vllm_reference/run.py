@@ -519,7 +519,11 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
         so = None
         if scheduler.has_requests():
             running_before = list(scheduler.running)
-            so = scheduler.schedule()
+            try:
+                so = scheduler.schedule()
+            except Exception as exc:  # vLLM itself failed (0.20.0-0.20.1 on a dry pool): record it, keep the steps
+                error = f"vLLM raised {type(exc).__name__}: {exc} (schedule() call {step}, counted step {len(running_per_step)})"
+                break
             n_sched = so.num_scheduled_tokens
             if so.total_num_scheduled_tokens > 0:
                 running_per_step.append(len(scheduler.running))

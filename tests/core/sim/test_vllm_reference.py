@@ -13,21 +13,26 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
+from kvplan.core.profiles import Version, parse_engine
 from kvplan.core.sim.v1 import simulate_v1
 from kvplan.core.sim.v1.inputs import KIND_NAMES
+from kvplan.errors import InputError
 from kvplan.io.vllm_requests import load_request_set, request_set_inputs
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_scheduler"
 
 
-def fixture_files() -> list[Path]:
-    return sorted(FIXTURES.glob("*.vllm-*.json")) if FIXTURES.is_dir() else []
+def fixture_files(*, failed: bool = False) -> list[Path]:
+    """The fixtures of runs that finished (or, with ``failed``, of runs where vLLM itself raised)."""
+    paths = sorted(FIXTURES.glob("*.vllm-*.json")) if FIXTURES.is_dir() else []
+    return [p for p in paths if (json.loads(p.read_text())["error"] is not None) == failed]
 
 
-def inputs_for(fixture: Path, data: dict):
-    """The fixture's request set under the rules of the release that recorded it."""
+def inputs_for(fixture: Path, data: dict, version: str | None = None):
+    """The fixture's request set under the rules of the release that recorded it (or of ``version``)."""
     path = FIXTURES / f"{data['request_set']}.requests.json"
-    rs = load_request_set(path).model_copy(update={"engine": f"vllm=={data['vllm_version']}"})
+    rs = load_request_set(path).model_copy(update={"engine": f"vllm=={version or data['vllm_version']}"})
     return request_set_inputs(rs, origin=str(path))
 
 
@@ -99,3 +104,22 @@ def test_kvplan_reproduces_every_step_and_request(fixture: Path) -> None:
     for rec in result.per_request:
         ref = data["per_request"][rec.id]
         assert tuple(getattr(rec, f) for f in fields) == tuple(ref[f] for f in fields), rec.id
+
+
+@pytest.mark.parametrize("fixture", fixture_files(failed=True), ids=lambda p: p.name)
+def test_where_vllm_failed_kvplan_stops_and_the_fix_replays_the_steps_before(fixture: Path) -> None:
+    """vLLM 0.20.0-0.20.1 raise in BlockPool.get_new_blocks where the sliding cap in every allocation lets a
+    request past a dry pool; kvplan stops there too. Under the next scheduler profile (0.20.2, the fix, which
+    preempts instead), kvplan repeats every step vLLM completed before it raised, and goes on."""
+    data = json.loads(fixture.read_text())
+    with pytest.raises(InputError, match="stops here"):
+        simulate_v1(inputs_for(fixture, data))
+    release = Version.parse(data["vllm_version"])
+    fix = next(p for p in VLLM_PROFILES if p.since > release
+               and p.rules.scheduler != parse_engine(f"vllm=={data['vllm_version']}").profile.rules.scheduler)
+    result = simulate_v1(inputs_for(fixture, data, fix.version))
+    enc = data.get("encoding")
+    for key in ("running", "kv_usage_permille", "scheduled_tokens"):
+        ref = decode(data["per_step"][key], enc)
+        assert list(getattr(result, f"per_step_{key}"))[:len(ref)] == ref, key
+    assert result.steps > data["metrics"]["steps"] and result.preemptions > 0 == data["metrics"]["preemptions"]

@@ -521,7 +521,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             running_before = list(scheduler.running)
             try:
                 so = scheduler.schedule()
-            except Exception as exc:  # vLLM itself failed (0.20.0-0.20.1 on a dry pool): record it, keep the steps
+            except Exception as exc:  # noqa: BLE001 - whatever vLLM raises (0.20.0-0.20.1: a dry pool) is the record
                 error = f"vLLM raised {type(exc).__name__}: {exc} (schedule() call {step}, counted step {len(running_per_step)})"
                 break
             n_sched = so.num_scheduled_tokens

@@ -1,4 +1,4 @@
-"""vLLM's memory rules, release by release.
+"""vLLM's memory rules, and its v1 scheduler's (VLLMRules.scheduler, scheduler_rules.py), release by release.
 
 Every change point was found by reading the released sdists from PyPI (0.6.2 to 0.33.0, every release;
 0.15.x has none); docs/engine-versions-research.md has each rule with its file, function and line.

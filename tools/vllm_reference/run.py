@@ -522,7 +522,8 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             try:
                 so = scheduler.schedule()
             except Exception as exc:  # noqa: BLE001 - whatever vLLM raises (0.20.0-0.20.1: a dry pool) is the record
-                error = f"vLLM raised {type(exc).__name__}: {exc} (schedule() call {step}, counted step {len(running_per_step)})"
+                error = (f"vLLM raised {type(exc).__name__}: {exc} (schedule() call {step}, counted step "
+                         f"{len(running_per_step)})")
                 break
             n_sched = so.num_scheduled_tokens
             if so.total_num_scheduled_tokens > 0:

@@ -234,7 +234,8 @@ def _profiles() -> tuple[EngineProfile, ...]:
                   "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
                   "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
                   "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
-       scheduler=sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16", mla_given_block="unless_multiple",
+       scheduler=sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
+       mla_given_block="unless_multiple",
        block_sizes=blocks(choices=(1, *_V0_BLOCKS, 256),
                            choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
                            cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"

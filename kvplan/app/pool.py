@@ -186,7 +186,10 @@ def _v1_checks(wf: WorkloadFile, path: Path, serving: Serving) -> None:
 
 def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: RequestArrays | None,
             notes: list[str], why: str) -> V1Run:
-    """The scheduler, the pool's cache groups (the pool ``plan_pool`` planned) and the requests as segments."""
+    """The scheduler (the release's rules), the pool's cache groups (the pool ``plan_pool`` planned) and the requests
+    as segments."""
+    from kvplan.core.engines.vllm.scheduler_rules import scheduler_notes
+
     _v1_checks(wf, path, serving)
     sch, choice = wf.scheduler, serving.engine
     mnbt = v1_batched_tokens(wf, serving, notes)
@@ -200,7 +203,8 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
         scheduler = SchedulerConfig(max_num_seqs=sch.max_num_seqs, max_num_batched_tokens=mnbt,
                                     max_model_len=serving.max_model_len, enable_prefix_caching=caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
-                                    async_scheduling=async_)
+                                    async_scheduling=async_, rules=choice.profile.rules.scheduler)
+        notes.extend(scheduler_notes(choice.profile, layout, caching=caching))
         offload = _offload(wf)
     except KvplanError as exc:
         raise ConfigError(f"{path}: {exc}") from None

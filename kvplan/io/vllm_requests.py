@@ -69,7 +69,7 @@ class RequestSet(_Strict):
     description: str = ""
     model: str | None = None
     model_config_: dict[str, Any] | None = Field(None, alias="model_config")
-    engine: str = Field(DEFAULT_ENGINE, description="vLLM release whose rules plan the pool.")
+    engine: str = Field(DEFAULT_ENGINE, description="vLLM release whose rules plan the pool and schedule.")
     tp: int = Field(1, ge=1, le=64)
     kv_cache_dtype: str = "auto"
     num_gpu_blocks: int = Field(..., ge=2, le=1 << 40, description="The pool, as num_gpu_blocks_override sets it.")
@@ -118,7 +118,8 @@ def request_set_inputs(rs: RequestSet, *, origin: str = "request set") -> V1Inpu
         scheduler = SchedulerConfig(max_num_seqs=sch.max_num_seqs, max_num_batched_tokens=sch.max_num_batched_tokens,
                                     max_model_len=sch.max_model_len, enable_prefix_caching=sch.enable_prefix_caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
-                                    watermark=sch.watermark, async_scheduling=sch.async_scheduling)
+                                    watermark=sch.watermark, async_scheduling=sch.async_scheduling,
+                                    rules=choice.profile.rules.scheduler)
         offload = (OffloadConfig(cpu_bytes=rs.offload.cpu_bytes, bandwidth_bytes_per_s=rs.offload.bandwidth_bytes_per_s,
                                  blocks_per_chunk=rs.offload.blocks_per_chunk) if rs.offload else None)
     except KvplanError as exc:

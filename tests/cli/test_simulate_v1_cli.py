@@ -235,3 +235,20 @@ requests: {{count: 20, arrival: {{process: poisson, rate: 2}}, prompt_tokens: {{
     assert out["scheduler_model"] == "event"
     notes = [n for n in out["notes"] if n.startswith("scheduling follows vLLM's rules")]
     assert (says in notes[0]) if says else not notes
+
+
+def test_the_engine_release_picks_the_scheduler_rules_and_the_output_names_them(tmp_path):
+    """20 prompts of 6,000 tokens into a 20,000-token pool, budget 2,048: before 0.19.0 vLLM admits a request
+    when its first chunk fits, so three 6,200-token requests soon outgrow the pool and preempt; from 0.19.0 a
+    request waits until its whole prompt fits (scheduler_reserve_full_isl) and nothing is preempted."""
+    path = write(tmp_path, """
+serving: {model: llama3.1-8b, kv_pool_tokens: 20000}
+requests: {count: 20, arrival: {process: poisson, rate: 50}, prompt_tokens: {dist: constant, value: 6000},
+           output_tokens: {dist: constant, value: 200}}
+scheduler: {max_model_len: 8192, max_num_seqs: 16, max_num_batched_tokens: 2048, async_scheduling: false}
+step_time: {model: constant, seconds: 0.02}
+""")
+    old, new = run(path, "--engine", "vllm==0.18.0"), run(path, "--engine", "vllm==0.19.1")
+    assert old["allocators"]["paged-16"]["preemptions"] > 0 == new["allocators"]["paged-16"]["preemptions"]
+    assert "scheduler: vLLM 0.14.0's rules (0.14.0 to before 0.19.0" in "\n".join(old["notes"])
+    assert "scheduler: vLLM 0.19.0's rules (0.19.0 to before 0.20.0" in "\n".join(new["notes"])

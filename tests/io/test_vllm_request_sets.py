@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.core.profiles import Version
 from kvplan.core.spec import LayerKind
 from kvplan.io.models import load_model
 
@@ -116,10 +117,12 @@ def test_fixture_agrees_with_its_request_set(path: Path) -> None:
     m = fx["metrics"]
     assert fx["request_set"] == rs["name"]
     assert fx["vllm_version"] == FIXTURE_NAME.match(path.name)["version"]
-    assert fx["error"] is None
     assert fx["config_set_by_harness"]["async_scheduling"] is s["async_scheduling"]  # as the set asked
-    assert fx["config_set_by_harness"]["max_in_flight_tokens"] == s["max_num_batched_tokens"] * (
-        2 if s["async_scheduling"] else 1)
+    in_flight = fx["config_set_by_harness"]["max_in_flight_tokens"]  # VllmConfig.max_in_flight_tokens, 0.26.0+
+    if Version.parse(fx["vllm_version"]) < Version.parse("0.26.0"):
+        assert in_flight is None
+    else:
+        assert in_flight == s["max_num_batched_tokens"] * (2 if s["async_scheduling"] else 1)
 
     # the pool and its groups: every cache-holding layer of the model is in exactly one group
     kv = fx["kv_cache"]
@@ -136,6 +139,9 @@ def test_fixture_agrees_with_its_request_set(path: Path) -> None:
                 1 for layer in held if layer.kind is layer_kind), kind
     attention_blocks = {g["block_size"] for g in kv["groups"] if g["kind"] != "mamba"}
     assert min(attention_blocks) >= s["block_size"] and all(b % s["block_size"] == 0 for b in attention_blocks)
+    if fx["error"] is not None:  # vLLM itself failed partway (0.20.0 on a dry pool): the rest is incomplete
+        assert fx["error"].startswith("vLLM raised ") and fx["metrics"]["steps"] > 0
+        return
 
     # requests: the same ids, the same token counts
     reqs = {r["id"]: r for r in rs["requests"]}

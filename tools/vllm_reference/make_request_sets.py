@@ -259,6 +259,63 @@ SETS = {
 }
 
 
+def sliding_dry_pool() -> dict:
+    # A two-layer Mistral-style model whose layers all slide (window 32), so the pool can be tiny: 5 usable
+    # blocks of 16, a budget of 16 tokens (the sliding admission cap is cdiv(31 + 16, 16) + 1 = 4 blocks).
+    config = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+              "num_hidden_layers": 2, "sliding_window": 32, "max_position_embeddings": 32768,
+              "vocab_size": 32000, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}
+    out = [req(0, 0, [(5_000_001, 80)], (5_000_002, 60)), req(1, 5, [(5_000_003, 2)], (5_000_004, 60))]
+    rs = request_set(
+        "sliding-dry-pool",
+        "Two requests on a model whose two layers all use a 32-token sliding window, 5 usable blocks of 16, "
+        "budget 16: each request holds 3 blocks most of the time, so the pool runs dry when the first needs a "
+        "new block past the sliding admission cap (4 blocks). vLLM 0.20.2+ preempts the second; 0.20.0-0.20.1 "
+        "count the capped table as needing nothing in every allocation and BlockPool.get_new_blocks raises.",
+        None, 6, sched(max_num_seqs=2, max_num_batched_tokens=16, max_model_len=256), out)
+    rs["model_config"] = config
+    return rs
+
+
+SETS["sliding-dry-pool"] = sliding_dry_pool
+
+
+def sliding_prefix_cache() -> dict:
+    # Gemma 2 style, cut to one sliding-window (64) and one full-attention layer: two KV cache groups of 16-token
+    # blocks in one pool. Documents shared by several questions, prefix caching on, a pool of about four
+    # documents: which freed blocks are reused first (the free-queue order) decides what stays cached.
+    config = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "head_dim": 256, "hidden_size": 3584,
+              "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 16,
+              "num_hidden_layers": 2, "num_key_value_heads": 8, "query_pre_attn_scalar": 256, "sliding_window": 64,
+              "sliding_window_size": 64, "torch_dtype": "bfloat16", "vocab_size": 256000}
+    rng = random.Random(11_011)
+    seg = Segments(6_000_000)
+    docs = [(seg.new(), rng.randint(100, 300)) for _ in range(12)]
+    pick = zipf_picker(rng, len(docs), 1.0)
+    out = []
+    arrival = 0
+    for i in range(160):
+        doc = docs[pick()]
+        out.append(req(i, arrival, [doc, (seg.new(), rng.randint(5, 60))], (seg.new(), rng.randint(5, 60))))
+        arrival += rng.randint(0, 4)
+    rs = request_set(
+        "sliding-prefix-cache",
+        "Prefix caching with a sliding-window group: a 2-layer Gemma 2 style model (inline model_config; one "
+        "sliding-window layer of 64 tokens, one full-attention layer: two KV cache groups in one pool), 12 documents "
+        "of 100-300 tokens (Zipf 1.0 popularity) each followed by a question of 5-60 tokens, outputs 5-60, "
+        "200 blocks of 16. Exercises the free-queue order of unhashed blocks (appended before 0.23.0, sliding "
+        "groups' prepended in 0.23.0, all groups' from 0.24.0) and, from 0.29.0, checkpoint-only caching of the "
+        "sliding group, which kvplan does not model.",
+        None, 200, sched(max_num_seqs=32, max_num_batched_tokens=512, max_model_len=1024,
+                         enable_prefix_caching=True), out)
+    rs["model_config"] = config
+    return rs
+
+
+SETS["sliding-prefix-cache"] = sliding_prefix_cache
+
+
 def async_variant(name: str):
     """The same requests with async scheduling on (vLLM's default since 0.14.0): two batches in flight."""
     def make() -> dict:

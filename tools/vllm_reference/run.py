@@ -15,6 +15,11 @@ What it does, as vLLM's own tests do (tests/v1/core/utils.py::create_scheduler, 
   (and, after a preemption, its earlier output) is now fully computed; nothing for a prefill chunk that
   ends mid-prompt; then update_from_output(). Requests stop on max_tokens (ignore_eos).
 
+Releases 0.11.0 to 0.33.0: where vLLM's API changed between them, the harness asks vLLM what it has (an import,
+a signature, an attribute) and says in a comment which release changed what; the scheduler and KV cache
+manager themselves are always vLLM's, unchanged. Each release was recorded in its own environment
+(tools/vllm_reference/README.md, "Older releases").
+
 Usage (in the vLLM venv):  python tools/vllm_reference/run.py --all
                            python tools/vllm_reference/run.py tests/fixtures/vllm_scheduler/long-prompts.requests.json
 """
@@ -22,6 +27,7 @@ Usage (in the vLLM venv):  python tools/vllm_reference/run.py --all
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import sys
@@ -106,6 +112,36 @@ class _ModelFacts:
     def __post_init__(self):
         self.original_max_model_len = self.original_max_model_len or self.max_model_len
 
+    def __getattr__(self, name):
+        # Other releases read other ModelConfig fields (0.14.0: enable_return_routed_experts); for a plain text
+        # decoder they are all off. Each one read is listed in the fixture's config_set_by_harness.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        MODEL_FACTS_DEFAULTED.add(name)
+
+
+MODEL_FACTS_DEFAULTED: set[str] = set()
+
+
+def _accepts(fn, name: str) -> bool:
+    return name in inspect.signature(fn).parameters
+
+
+def _str_dtype_to_torch():
+    try:
+        from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE  # 0.11.1+
+    except ImportError:  # 0.11.0: vllm/utils/__init__.py
+        from vllm.utils import STR_DTYPE_TO_TORCH_DTYPE
+    return STR_DTYPE_TO_TORCH_DTYPE
+
+
+def _hash_fn_by_name(name: str):
+    try:
+        from vllm.utils.hashing import get_hash_fn_by_name  # 0.11.1+
+    except ImportError:  # 0.11.0: vllm/utils/__init__.py
+        from vllm.utils import get_hash_fn_by_name
+    return get_hash_fn_by_name(name)
+
 
 def _gdn_state(raw: dict, layer, tp: int, model_dtype):
     """Gated delta net (Qwen3-Next) state shapes and dtypes, by vLLM's own calculators
@@ -123,15 +159,13 @@ def _gdn_state(raw: dict, layer, tp: int, model_dtype):
 def build_layer_specs(model, rs: dict, block_size: int, mamba_block_size: int, mamba_cache_mode: str):
     """One vLLM spec per decoder layer; returns (specs, notes). Hybrid attention+Mamba block-size alignment is
     applied by the caller (align_hybrid_block_size) before this is called with the final block size."""
-    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1 import kv_cache_interface as kvi
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         MambaSpec,
         MLAAttentionSpec,
         SlidingWindowSpec,
-        get_kv_quant_mode,
     )
 
     from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
@@ -139,19 +173,25 @@ def build_layer_specs(model, rs: dict, block_size: int, mamba_block_size: int, m
     tp = int(rs.get("tp", 1))
     cache_dtype = rs.get("kv_cache_dtype", "auto")
     model_dtype = _torch_dtype(model.dtype)
-    kv_dtype = model_dtype if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
-    quant = get_kv_quant_mode(cache_dtype)
+    kv_dtype = model_dtype if cache_dtype == "auto" else _str_dtype_to_torch()[cache_dtype]
+    # 0.20.0 added the KV quantization mode and separate value head sizes to the attention specs
+    # (kv_cache_interface.py::get_kv_quant_mode, AttentionSpec.head_size_v); before, K and V had one head size.
+    new_specs = hasattr(kvi, "get_kv_quant_mode")
+    quant = {"kv_quant_mode": kvi.get_kv_quant_mode(cache_dtype)} if new_specs else {}
     specs = {}
     for i, layer in enumerate(model.layers):
         name = f"model.layers.{i}.attn"
         if isinstance(layer, MLALayer):
             specs[name] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=layer.latent_dim,
-                                           dtype=kv_dtype, cache_dtype_str=cache_dtype, kv_quant_mode=quant)
+                                           dtype=kv_dtype, cache_dtype_str=cache_dtype, **quant)
         elif isinstance(layer, AttentionLayer):
             # vLLM's ModelConfig.get_num_kv_heads: max(1, total // tp) (replicated below one head per rank)
             common = {"block_size": block_size, "num_kv_heads": max(1, layer.num_kv_heads // tp),
-                      "head_size": layer.k_head_dim, "head_size_v": layer.v_head_dim, "dtype": kv_dtype,
-                      "kv_quant_mode": quant}
+                      "head_size": layer.k_head_dim, "dtype": kv_dtype, **quant}
+            if new_specs:
+                common["head_size_v"] = layer.v_head_dim
+            elif layer.v_head_dim != layer.k_head_dim:
+                raise SystemExit("this vLLM release (before 0.20.0) has one head size for K and V; the model's differ")
             if layer.kind is LayerKind.SLIDING:
                 specs[name] = SlidingWindowSpec(sliding_window=layer.window, **common)
             elif layer.kind is LayerKind.CHUNKED:
@@ -161,9 +201,16 @@ def build_layer_specs(model, rs: dict, block_size: int, mamba_block_size: int, m
         elif isinstance(layer, LinearLayer):
             if layer.family != "gated_delta_net":
                 raise SystemExit(f"linear layer family {layer.family!r}: the harness maps only gated_delta_net")
+            if not new_specs:
+                raise SystemExit("linear-attention layers: the harness builds Mamba specs for vLLM 0.20.0 and later")
+            from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+
             shapes, dtypes = _gdn_state(model.raw_config, layer, tp, model_dtype)
+            # mamba_type is a string up to 0.25 ("gdn_attention") and an enum from 0.26.0 (kv_cache_interface.py)
+            field_type = {f.name: f.type for f in __import__("dataclasses").fields(MambaSpec)}["mamba_type"]
+            gdn = "gdn_attention" if "str" in str(field_type) else MambaAttentionBackendEnum.GDN_ATTN
             specs[name] = MambaSpec(block_size=mamba_block_size, shapes=tuple(shapes), dtypes=tuple(dtypes),
-                                    mamba_type=MambaAttentionBackendEnum.GDN_ATTN, mamba_cache_mode=mamba_cache_mode)
+                                    mamba_type=gdn, mamba_cache_mode=mamba_cache_mode)
         # NoCacheLayer: no spec, as vLLM's attention-free layers return None
     return specs
 
@@ -215,27 +262,79 @@ def _group_kind(spec) -> str:
 # scheduler construction
 
 
+def _scheduler_config(s: dict, max_model_len: int, async_scheduling: bool):
+    from vllm.config import SchedulerConfig
+
+    kw = {"max_num_seqs": int(s["max_num_seqs"]), "max_num_batched_tokens": int(s["max_num_batched_tokens"]),
+          "max_model_len": max_model_len, "long_prefill_token_threshold": int(s.get("long_prefill_token_threshold", 0)),
+          "enable_chunked_prefill": True, "async_scheduling": async_scheduling, "is_encoder_decoder": False,
+          "policy": "fcfs"}
+    watermark = float(s.get("watermark", 0.0))
+    # config/scheduler.py::SchedulerConfig: is_encoder_decoder is an InitVar from 0.11.1 (max_model_len a field
+    # in 0.11.0, an InitVar later); watermark exists from 0.24.0
+    if _accepts(SchedulerConfig, "watermark"):
+        kw["watermark"] = watermark
+    elif watermark:
+        raise SystemExit("watermark: this vLLM release has no such option (added in 0.24.0)")
+    return SchedulerConfig(**{k: v for k, v in kw.items() if _accepts(SchedulerConfig, k)})
+
+
+def _plan_kv_cache(vllm_config, specs: dict, cache_config):
+    """vLLM's own KV cache planning, called as v1/engine/core.py::EngineCore._initialize_kv_caches does in the
+    release installed; returns (kv_cache_config, scheduler block size, hash block size)."""
+    from vllm.v1.core import kv_cache_utils as kcu
+
+    try:  # 0.23.0+: layer kinds are registered before planning
+        from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    except ImportError:
+        register_all_kvcache_specs = None
+    if register_all_kvcache_specs is not None:
+        register_all_kvcache_specs(vllm_config)
+    try:  # 0.29.0+: the layout only places bytes; resolved before planning. Legacy NHD first, then a
+        # block-compact layout (hybrid pools mixing page shapes need one).
+        from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    except ImportError:
+        resolve_kv_cache_layout = None
+    if resolve_kv_cache_layout is not None:
+        resolve_kv_cache_layout(vllm_config, [["LBNHC", "BLHNC"]], list(specs.values()))
+    try:  # 0.33.0: planning moved to kv_cache_planning, groups computed once for all workers
+        from vllm.v1.core import kv_cache_planning
+    except ImportError:
+        kv_cache_planning = None
+    # Any memory large enough: num_gpu_blocks_override replaces the block count derived from it.
+    if kv_cache_planning is not None:
+        groups = kv_cache_planning.get_global_kv_cache_groups(vllm_config, [specs])
+        configs = kv_cache_planning.get_kv_cache_configs(vllm_config, [specs], [1 << 50], groups)
+    else:
+        configs = kcu.get_kv_cache_configs(vllm_config, [specs], [1 << 50])
+    kv_cache_config = kcu.generate_scheduler_kv_cache_config(configs)
+    cache_config.num_gpu_blocks = kv_cache_config.num_blocks
+    groups = kv_cache_config.kv_cache_groups
+    participating = [g.kv_cache_spec.block_size for g in groups if getattr(g.kv_cache_spec, "prefix_cacheable", True)]
+    cache_config.block_size = min(participating or [g.kv_cache_spec.block_size for g in groups])
+    if not hasattr(kcu, "resolve_kv_cache_block_sizes"):  # before 0.20.0: one block size for the scheduler
+        return kv_cache_config, cache_config.block_size, cache_config.block_size
+    sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    if hasattr(kcu, "resolve_cache_hit_alignment_tokens"):  # 0.33.0
+        kv_cache_config.hash_block_size = hash_block
+        kv_cache_config.cache_hit_alignment_tokens = kcu.resolve_cache_hit_alignment_tokens(
+            kv_cache_config, vllm_config, sched_block, hash_block)
+    return kv_cache_config, sched_block, hash_block
+
+
 def build_scheduler(rs: dict):
     import dataclasses
 
-    from vllm.config import CacheConfig, ParallelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core import kv_cache_planning
-    from vllm.v1.core.kv_cache_utils import (
-        generate_scheduler_kv_cache_config,
-        resolve_cache_hit_alignment_tokens,
-        resolve_kv_cache_block_sizes,
-    )
+    from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.kv_cache_interface import MambaSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     s = rs["scheduler"]
     async_scheduling = bool(s.get("async_scheduling"))
     if s.get("max_num_partial_prefills", 1) != 1:
-        raise SystemExit("max_num_partial_prefills: vLLM 0.33.0's SchedulerConfig has no such option")
+        raise SystemExit("max_num_partial_prefills: only 1 is recorded (vLLM 0.27.0 removed the option)")
     model = load_model_spec(rs)
     max_model_len = int(s["max_model_len"])
     enable_pc = bool(s["enable_prefix_caching"])
@@ -252,17 +351,7 @@ def build_scheduler(rs: dict):
         specs = {k: (dataclasses.replace(v, page_size_padded=mamba_page_padded) if isinstance(v, MambaSpec) else v)
                  for k, v in specs.items()}
 
-    scheduler_config = SchedulerConfig(
-        max_num_seqs=int(s["max_num_seqs"]),
-        max_num_batched_tokens=int(s["max_num_batched_tokens"]),
-        max_model_len=max_model_len,
-        long_prefill_token_threshold=int(s.get("long_prefill_token_threshold", 0)),
-        enable_chunked_prefill=True,
-        async_scheduling=async_scheduling,
-        is_encoder_decoder=False,
-        watermark=float(s.get("watermark", 0.0)),
-        policy="fcfs",
-    )
+    scheduler_config = _scheduler_config(s, max_model_len, async_scheduling)
     cache_config = CacheConfig(
         block_size=block_size,
         gpu_memory_utilization=0.9,
@@ -274,41 +363,30 @@ def build_scheduler(rs: dict):
         cache_config.mamba_cache_mode = mamba_cache_mode
         cache_config.mamba_block_size = mamba_block_size
         cache_config.mamba_page_size_padded = mamba_page_padded
-    from vllm.config import DeviceConfig
 
     vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
                              parallel_config=ParallelConfig(), device_config=DeviceConfig(device="cpu"))
     facts = _ModelFacts(max_model_len=max_model_len, dtype=_torch_dtype(model.dtype),
                         use_mla=any(layer.kind.value == "mla" for layer in model.layers), is_hybrid=has_linear)
     object.__setattr__(vllm_config, "model_config", facts)
+    # From 0.14.0 async_scheduling=None means "auto", which config/vllm.py::VllmConfig.__post_init__ resolves from
+    # the ModelConfig this harness does not build: set what the request set asks for.
+    vllm_config.scheduler_config.async_scheduling = async_scheduling
     # config/vllm.py::VllmConfig.__post_init__ disables the hybrid KV cache manager on platforms without
     # support_hybrid_kv_cache() (the "empty" CPU platform here); on CUDA it stays on unless a KV connector
     # or chunked-local attention (without VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) turns it off.
     # The reference is a CUDA deployment, so turn it back on, and off where CUDA would.
     has_chunked = any(layer.kind.value == "chunked" for layer in model.layers)
     vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = has_chunked
-    register_all_kvcache_specs(vllm_config)
-    # The layout only places bytes; it is resolved before planning as v1/engine/core.py does. Legacy NHD
-    # first, then a block-compact layout (hybrid pools mixing page shapes need one).
-    resolve_kv_cache_layout(vllm_config, [["LBNHC", "BLHNC"]], list(specs.values()))
 
-    groups = kv_cache_planning.get_global_kv_cache_groups(vllm_config, [specs])
-    # Any memory large enough: num_gpu_blocks_override replaces the block count derived from it.
-    configs = kv_cache_planning.get_kv_cache_configs(vllm_config, [specs], [1 << 50], groups)
-    kv_cache_config = generate_scheduler_kv_cache_config(configs)
-    cache_config.num_gpu_blocks = kv_cache_config.num_blocks
-    participating = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups
-                     if g.kv_cache_spec.prefix_cacheable]
-    cache_config.block_size = min(participating or [g.kv_cache_spec.block_size
-                                                    for g in kv_cache_config.kv_cache_groups])
-    sched_block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-    kv_cache_config.hash_block_size = hash_block
-    kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
-        kv_cache_config, vllm_config, sched_block, hash_block)
-    # v1/engine/core.py::EngineCore.__init__: AsyncScheduler when scheduler_config.async_scheduling
-    scheduler = (AsyncScheduler if async_scheduling else Scheduler)(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                          structured_output_manager=StructuredOutputManager(vllm_config),
-                          block_size=sched_block, hash_block_size=hash_block, log_stats=True)
+    kv_cache_config, sched_block, hash_block = _plan_kv_cache(vllm_config, specs, cache_config)
+    # v1/engine/core.py::EngineCore.__init__: AsyncScheduler when scheduler_config.async_scheduling. The
+    # scheduler takes its block size from 0.14.0 and the hash block size from 0.20.0.
+    kw = {"block_size": sched_block, "hash_block_size": hash_block}
+    scheduler = (AsyncScheduler if async_scheduling else Scheduler)(
+        vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config), log_stats=True,
+        **{k: v for k, v in kw.items() if _accepts(Scheduler.__init__, k)})
     kv = {
         "num_blocks": kv_cache_config.num_blocks,
         "block_size": sched_block,
@@ -322,20 +400,24 @@ def build_scheduler(rs: dict):
             "page_size_bytes": g.kv_cache_spec.page_size_bytes,
         } for g in kv_cache_config.kv_cache_groups],
     }
+    sc = vllm_config.scheduler_config
     config_set = {
-        "async_scheduling": vllm_config.scheduler_config.async_scheduling,
-        "enable_chunked_prefill": vllm_config.scheduler_config.enable_chunked_prefill,
-        "policy": str(vllm_config.scheduler_config.policy),
-        "watermark": vllm_config.scheduler_config.watermark,
-        "scheduler_reserve_full_isl": vllm_config.scheduler_config.scheduler_reserve_full_isl,
-        "long_prefill_token_threshold": vllm_config.scheduler_config.long_prefill_token_threshold,
-        "long_prefill_token_threshold_adaptive": vllm_config.scheduler_config.long_prefill_token_threshold_adaptive,
-        "max_num_scheduled_tokens": vllm_config.scheduler_config.max_num_scheduled_tokens,
-        "max_in_flight_tokens": vllm_config.max_in_flight_tokens,
+        "async_scheduling": sc.async_scheduling,
+        "enable_chunked_prefill": sc.enable_chunked_prefill,
+        "policy": str(sc.policy),
+        # None: the release has no such option (watermark: 0.24.0; scheduler_reserve_full_isl: 0.19.0;
+        # long_prefill_token_threshold_adaptive: 0.31.0; max_num_scheduled_tokens: 0.17.0;
+        # max_in_flight_tokens: 0.26.0; kv_cache_layout: 0.29.0)
+        "watermark": getattr(sc, "watermark", None),
+        "scheduler_reserve_full_isl": getattr(sc, "scheduler_reserve_full_isl", None),
+        "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": getattr(sc, "long_prefill_token_threshold_adaptive", None),
+        "max_num_scheduled_tokens": getattr(sc, "max_num_scheduled_tokens", None),
+        "max_in_flight_tokens": getattr(vllm_config, "max_in_flight_tokens", None),
         "num_gpu_blocks_override": cache_config.num_gpu_blocks_override,
         "cache_dtype": cache_config.cache_dtype,
-        "kv_cache_layout": cache_config.kv_cache_layout,
-        "disable_hybrid_kv_cache_manager": vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
+        "kv_cache_layout": getattr(cache_config, "kv_cache_layout", None),
+        "disable_hybrid_kv_cache_manager": sc.disable_hybrid_kv_cache_manager,
         "prefix_caching_hash_algo": cache_config.prefix_caching_hash_algo,
         "mamba_cache_mode": mamba_cache_mode if has_linear else None,
         "mamba_block_size": mamba_block_size if has_linear else None,
@@ -361,19 +443,37 @@ def _rle(values: list[int]) -> list[list[int]]:
     return out
 
 
+def _samples_async(req) -> bool:
+    """Async scheduling: whether the fake runner samples a token for a scheduled request. Request.is_prefill_chunk
+    says so from 0.16.0; before it, AsyncScheduler._update_after_schedule has just counted a placeholder for the
+    token being sampled, so the request has num_computed_tokens = num_tokens + placeholders - 1."""
+    flag = getattr(req, "is_prefill_chunk", None)
+    if flag is not None:
+        return not flag
+    placeholders = req.num_output_placeholders
+    return placeholders > 0 and req.num_computed_tokens >= req.num_tokens + placeholders - 1
+
+
 def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
     import vllm
     from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.v1.request import Request, RequestStatus
 
     t0 = time.perf_counter()
+    MODEL_FACTS_DEFAULTED.clear()
     scheduler, kv, config_set, hash_block = build_scheduler(rs)
+    # Request takes the EOS token up to 0.16.0 (later it comes with the sampling parameters); ModelRunnerOutput's
+    # logprobs, prompt_logprobs_dict and pooler_output have no defaults in 0.11.0 (v1/request.py, v1/outputs.py)
+    request_kw = {"eos_token_id": EOS_TOKEN_ID} if _accepts(Request.__init__, "eos_token_id") else {}
+    params = inspect.signature(ModelRunnerOutput).parameters
+    output_kw = {k: v for k, v in {"logprobs": None, "prompt_logprobs_dict": {}, "pooler_output": []}.items()
+                 if k in params and params[k].default is inspect.Parameter.empty}
+    preempted_count: dict[str, int] = {}  # 0.11.0 has neither preempted_req_ids nor Request.num_preemptions
     hasher = None
     if rs["scheduler"]["enable_prefix_caching"]:
-        hash_fn = get_hash_fn_by_name(config_set["prefix_caching_hash_algo"])
+        hash_fn = _hash_fn_by_name(config_set["prefix_caching_hash_algo"])
         init_none_hash(hash_fn)
         hasher = get_request_block_hasher(hash_block, hash_fn)
 
@@ -408,7 +508,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             sp = SamplingParams(max_tokens=int(r["output"][1]), ignore_eos=True)
             sp.update_from_generation_config({}, EOS_TOKEN_ID)
             req = Request(request_id=r["id"], prompt_token_ids=prompt, sampling_params=sp, pooling_params=None,
-                          arrival_time=float(r["arrival_step"]), block_hasher=hasher)
+                          arrival_time=float(r["arrival_step"]), block_hasher=hasher, **request_kw)
             objs[r["id"]] = req
             scheduler.add_request(req)
             nxt += 1
@@ -418,7 +518,13 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
         never_scheduled = {rid for rid, d in per_req.items() if d["first_scheduled_step"] is None and rid in objs}
         so = None
         if scheduler.has_requests():
-            so = scheduler.schedule()
+            running_before = list(scheduler.running)
+            try:
+                so = scheduler.schedule()
+            except Exception as exc:  # noqa: BLE001 - whatever vLLM raises (0.20.0-0.20.1: a dry pool) is the record
+                error = (f"vLLM raised {type(exc).__name__}: {exc} (schedule() call {step}, counted step "
+                         f"{len(running_per_step)})")
+                break
             n_sched = so.num_scheduled_tokens
             if so.total_num_scheduled_tokens > 0:
                 running_per_step.append(len(scheduler.running))
@@ -427,7 +533,13 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
                 idle_steps = 0
             else:
                 idle_steps += 1
-            preemptions += len(so.preempted_req_ids)
+            # SchedulerOutput.preempted_req_ids from 0.12.0; before, a request running before schedule() and
+            # PREEMPTED after it was preempted by it (nothing is admitted in a step that preempts)
+            victims = [r.request_id for r in running_before if r.status == RequestStatus.PREEMPTED]
+            ids = getattr(so, "preempted_req_ids", None)
+            preemptions += len(ids) if ids is not None else len(victims)
+            for rid in victims:
+                preempted_count[rid] = preempted_count.get(rid, 0) + 1
             req_ids, sampled = [], []
             for rid, n in n_sched.items():
                 req = objs[rid]
@@ -437,8 +549,8 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
                     d["num_cached_tokens"] = req.num_computed_tokens - n
                 req_ids.append(rid)
                 # the fake runner samples one token for a request whose prefill is complete (sync: computed
-                # tokens reach the known ones; async: is_prefill_chunk, which counts the placeholders)
-                if not req.is_prefill_chunk if async_mode else req.num_computed_tokens >= req.num_tokens:
+                # tokens reach the known ones; async: not a prefill chunk, counting the placeholders)
+                if _samples_async(req) if async_mode else req.num_computed_tokens >= req.num_tokens:
                     seg, _ = out_seg[rid]
                     sampled.append([token_id(seg, n_sampled[rid])])
                     n_sampled[rid] += 1
@@ -447,7 +559,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
                 else:
                     sampled.append([])
             mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
-                                    sampled_token_ids=sampled)
+                                    sampled_token_ids=sampled, **output_kw)
             batches.appendleft((so, mro, step))
             step += 1
             # v1/engine/core.py::EngineCore.step_with_batch_queue: with room in the queue (two batches with
@@ -463,7 +575,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             req = objs[rid]
             if req.is_finished() and per_req[rid]["finish_step"] is None:
                 per_req[rid]["finish_step"] = at
-                per_req[rid]["num_preemptions"] = req.num_preemptions
+                per_req[rid]["num_preemptions"] = getattr(req, "num_preemptions", preempted_count.get(rid, 0))
                 unfinished -= 1
         if step >= STEP_CAP or (idle_steps > 2 and nxt >= len(pending)):
             error = f"stopped at step {step}: {unfinished} requests unfinished (no progress or step cap)"
@@ -487,6 +599,8 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
         "scheduled_tokens": sum(tokens_per_step),
     }
     del pcs  # vLLM's PrefixCacheStats are reset per make_stats(); the per-request record above is exact
+    if MODEL_FACTS_DEFAULTED:
+        config_set["model_config_fields_answered_none"] = sorted(MODEL_FACTS_DEFAULTED)
     fixture = {
         "vllm_version": vllm.__version__.split("+")[0],
         "vllm_build": vllm.__version__,
@@ -521,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help=f"every request set in {FIXTURES.relative_to(REPO)}")
     ap.add_argument("--no-per-step", action="store_true", help="leave the per_step arrays out")
     ap.add_argument("--print-only", action="store_true", help="print metrics, write nothing")
+    ap.add_argument("--out", type=Path, help="write the fixtures to this folder (default: beside each request set)")
     args = ap.parse_args(argv)
     paths = sorted(FIXTURES.glob("*.requests.json")) if args.all else args.request_sets
     if not paths:
@@ -530,7 +645,11 @@ def main(argv: list[str] | None = None) -> int:
     version = vllm.__version__.split("+")[0]
     for p in paths:
         rs = json.loads(Path(p).read_text())
-        fx = run_request_set(rs, keep_per_step=not (args.no_per_step or rs.get("per_step") is False))
+        try:
+            fx = run_request_set(rs, keep_per_step=not (args.no_per_step or rs.get("per_step") is False))
+        except SystemExit as exc:  # a set this release (or the harness for it) cannot build: say so, go on
+            print(f"{rs['name']}: skipped: {exc}", flush=True)
+            continue
         m = fx["metrics"]
         print(f"{rs['name']}: steps {m['steps']}  running mean {m['mean_running']:.2f} peak {m['peak_running']}  "
               f"preemptions {m['preemptions']}  usage {m['mean_kv_usage']:.4f}  hit {m['prefix_hit_rate']:.4f}  "
@@ -539,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         if not args.print_only:
             out = fixture_path(Path(p), version)
+            if args.out:
+                out = args.out / out.name
             out.write_text(json.dumps(fx, separators=(",", ":")) + "\n")
     return 0
 

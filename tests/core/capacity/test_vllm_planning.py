@@ -52,7 +52,7 @@ def test_every_fixture_case_is_collected():
 
 
 def profile_of(case: dict):
-    # 0.11.0 has its own profile; 0.33.0 resolves to the newest, 0.29.0.
+    # 0.11.0 has its own profile; 0.33.0 resolves to the newest, 0.31.0.
     return parse_engine(f"vllm=={case['vllm_version']}").profile
 
 

@@ -1,4 +1,4 @@
-"""vLLM's memory rules, release by release.
+"""vLLM's memory rules, and its v1 scheduler's (VLLMRules.scheduler, scheduler_rules.py), release by release.
 
 Every change point was found by reading the released sdists from PyPI (0.6.2 to 0.33.0, every release;
 0.15.x has none); docs/engine-versions-research.md has each rule with its file, function and line.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.profiles import EngineProfile, chain
 from kvplan.core.units import GiB
@@ -81,8 +82,6 @@ class VLLMRules:
     # (num_blocks x block_size), "blocks_per_group" (num_blocks // groups x block_size),
     # "concurrency_x_len" (int(max concurrency x max_model_len)).
     capacity_log: str
-    in_flight_admission: bool  # sliding/chunked layers admit max_in_flight_tokens, not one batch
-    async_default: bool  # async scheduling on by default (2 batches in flight)
     capture: str  # which CUDA-graph batch sizes are captured: v0, v1_512, v1_2x_seqs, v1_2x_seqs_step16
     batch_defaults: str  # default max_num_batched_tokens / max_num_seqs table (batch_defaults below)
     mla_block_size: int  # the KV block size forced for MLA models
@@ -100,11 +99,22 @@ class VLLMRules:
     # (align, with prefix caching); before, one block.
     mamba_cache_modes: bool = False
     layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
+    scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
+
+    @property
+    def async_default(self) -> bool:
+        """Async scheduling on by default (2 batches in flight)."""
+        return self.scheduler.async_default
+
+    @property
+    def in_flight_admission(self) -> bool:
+        """Sliding/chunked layers admit max_in_flight_tokens, not one batch (the scheduler's admission cap)."""
+        return self.scheduler.window_cap_in_flight
 
 
 _OLDEST = VLLMRules(
     v1=False, budget="free_delta", default_utilization=0.9, cuda_graphs="after_kv", kv_cache_memory_bytes=False,
-    null_block_in_fit=False, capacity_log="num_blocks", in_flight_admission=False, async_default=False,
+    null_block_in_fit=False, capacity_log="num_blocks",
     capture="v0", batch_defaults="v0", mla_block_size=16, override_in_fit=False,
     hybrid_manager=False,
     # V0 runs FlashAttention when the block is a multiple of 16, else XFormers, whose paged-attention kernel
@@ -131,6 +141,9 @@ def _profiles() -> tuple[EngineProfile, ...]:
 
     def blocks(**changed: object) -> BlockSizeRule:
         return dataclasses.replace(rules.block_sizes, **changed)
+
+    def sched(version: str, **changed: object) -> SchedulerRules:
+        return dataclasses.replace(rules.scheduler, release=version, **changed)
 
     at("0.6.2", (
         "the V0 engine; KV = total x util - (free at start - free after the profile run) "
@@ -203,23 +216,34 @@ def _profiles() -> tuple[EngineProfile, ...]:
                   "layers of one type with different page sizes share one group, a block costing the sum of "
                   "their pages (0.11.0: kv_cache_interface.py::UniformTypeKVCacheSpecs; absent in 0.10.2)",
                   "--kv-cache-dtype fp8_ds_mla: 656 B per token per sparse-MLA layer "
-                  "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)"),
-       capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",))
+                  "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)",
+                  "scheduler: the oldest v1 scheduler kvplan simulates (kvplan/core/engines/vllm/scheduler_rules.py "
+                  "V1_BASELINE): no whole-sequence admission gate, freed blocks appended to the free queue "
+                  "(0.11.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks), long_prefill_token_threshold on "
+                  "every chunk, async scheduling off by default and one more decode scheduled for a request whose "
+                  "last token is in flight (0.11.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)"),
+       capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",),
+       scheduler=sched("0.11.0"))
     at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
                   "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
                   "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
                   "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
                   "no attention kernel block divides: 'No common block size for 8' "
-                  "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)"),
-       capture="v1_2x_seqs_step16", mla_given_block="unless_multiple",
+                  "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)",
+                  "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
+                  "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
+                  "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
+       scheduler=sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
+       mla_given_block="unless_multiple",
        block_sizes=blocks(choices=(1, *_V0_BLOCKS, 256),
                            choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
                            cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
                                         "GPUModelRunner.select_common_block_size")))
-    at("0.14.0", ("async scheduling on by default: two batches in flight "
+    at("0.14.0", ("scheduler: async scheduling on by default, two batches in flight "
                   "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
                   "max_model_len = -1 fits the longest context the KV memory holds "
-                  "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"), async_default=True, auto_fit=True)
+                  "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"),
+       scheduler=sched("0.14.0", async_default=True), auto_fit=True)
     at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
                   "num_speculative_blocks with 'align' (prefix caching) "
                   "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
@@ -237,27 +261,70 @@ def _profiles() -> tuple[EngineProfile, ...]:
        block_sizes=blocks(choices=(), choices_source="0.18.0: vllm/config/cache.py::CacheConfig.block_size",
                            cuda_source=("0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
                                         "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size")))
+    at("0.19.0", ("scheduler: a waiting or preempted request is admitted only if its whole sequence, less prefix "
+                  "hits, fits in the free blocks (scheduler_reserve_full_isl, default True; sliding and chunked "
+                  "groups counted at full length) (0.19.0: vllm/config/scheduler.py; vllm/v1/core/sched/"
+                  "scheduler.py::Scheduler.schedule; vllm/v1/core/kv_cache_manager.py::"
+                  "KVCacheManager.can_fit_full_sequence)",), scheduler=sched("0.19.0", full_sequence_gate=True))
     at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
                   "'default since v0.21.0')",
                   "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)",
                   "--kv-cache-dtype fp8_per_token_head / int8_per_token_head: the dense page plus 2 x block x "
-                  "kv_heads x 4 B of fp32 scales (0.20.0: kv_cache_interface.py::AttentionSpec.page_size_bytes)"),
+                  "kv_heads x 4 B of fp32 scales (0.20.0: kv_cache_interface.py::AttentionSpec.page_size_bytes)",
+                  "scheduler: sliding and chunked groups count at most cdiv(min(W - 1 + max_num_batched_tokens, "
+                  "max_model_len), B) + 1 blocks (chunked: cdiv(min(C + max_num_batched_tokens, max_model_len), "
+                  "B)), in EVERY block count, so a running request past the cap never preempts (0.20.0: "
+                  "vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_admission_blocks_per_request, "
+                  "vllm/v1/core/single_type_kv_cache_manager.py::SingleTypeKVCacheManager."
+                  "get_num_blocks_to_allocate)"),
        cuda_graphs="subtracted", default_utilization=0.92,
-       layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"))
+       layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"),
+       scheduler=sched("0.20.0", window_cap=WindowCap.EVERY_ALLOCATION))
     at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
                   "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
                   "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),
        capacity_log="concurrency_x_len", override_in_fit=True)
+    at("0.20.2", ("scheduler: the sliding/chunked cap applies at the admission gate only; each step's allocation "
+                  "counts the blocks a request really needs again (0.20.2: vllm/v1/core/"
+                  "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.get_num_blocks_to_allocate "
+                  "apply_admission_cap; vllm/v1/core/kv_cache_manager.py::KVCacheManager.can_fit_full_sequence)",),
+       scheduler=sched("0.20.2", window_cap=WindowCap.ADMISSION))
+    at("0.23.0", ("scheduler, prefix caching: blocks freed behind a window and a sliding-window group's finished "
+                  "blocks without a hash go to the front of the free queue (0.23.0: vllm/v1/core/"
+                  "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.remove_skipped_blocks, "
+                  "SlidingWindowManager.free)",), scheduler=sched("0.23.0", free_order=FreeOrder.WINDOW_UNHASHED_FIRST))
+    at("0.24.0", ("scheduler, prefix caching: every freed block without a hash goes to the front of the free queue, "
+                  "hashed blocks to the back (0.24.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks)",
+                  "scheduler: the watermark option (default 0.0) keeps a share of the pool free at admission "
+                  "(0.24.0: vllm/config/scheduler.py; vllm/v1/core/kv_cache_manager.py::KVCacheManager."
+                  "allocate_slots)"),
+       scheduler=sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True))
     at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
                   "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
-                  "max_admission_blocks_per_request)",), in_flight_admission=True)
+                  "max_admission_blocks_per_request)",
+                  "scheduler: the sliding/chunked admission cap counts max_in_flight_tokens (2 x "
+                  "max_num_batched_tokens with async scheduling) (0.26.0: vllm/config/vllm.py::"
+                  "VllmConfig.max_in_flight_tokens); blocks behind a window are freed on the processed tokens, "
+                  "num_computed - num_in_flight_tokens: a batch later with async scheduling (0.26.0: vllm/v1/core/"
+                  "kv_cache_manager.py::KVCacheManager.allocate_slots)"),
+       scheduler=sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True))
     at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
                   "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",), budget="consumed")
     at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
-                  "(0.28.0: vllm/engine/arg_utils.py)",), batch_defaults="v1_0.28")
+                  "(0.28.0: vllm/engine/arg_utils.py)",
+                  "scheduler: prefix caching is on by default for hybrid Mamba/linear-attention models, Mamba "
+                  "cache mode align (0.28.0: vllm/engine/arg_utils.py::"
+                  "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode"),
+       batch_defaults="v1_0.28", scheduler=sched("0.28.0", hybrid_prefix_caching_default=True))
     at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
-                  "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",),
-       null_block_in_fit=True)
+                  "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",
+                  "scheduler, prefix caching: sliding-window and Mamba groups cache only checkpoint blocks "
+                  "(prefix_cache_retention_interval 0) (0.29.0: vllm/config/cache.py; vllm/v1/core/"
+                  "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled"),
+       null_block_in_fit=True, scheduler=sched("0.29.0", window_checkpoint_caching=True))
+    at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
+                  "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),
+       scheduler=sched("0.31.0", threshold_needs_company=True))
     return chain("vllm", "vLLM", entries)
 
 
@@ -362,9 +429,10 @@ def v0_variant(profile: EngineProfile) -> EngineProfile:
     # CudaPlatformBase.get_attn_backend_cls, "Cannot use FlashAttention-2 backend for block size not divisible by 16").
     blocks = dataclasses.replace(profile.rules.block_sizes, cuda_also=(8,),
                                  cuda_source="0.8.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls")
+    scheduler = dataclasses.replace(profile.rules.scheduler, async_default=False, window_cap_in_flight=False)
     rules = dataclasses.replace(profile.rules, v1=False, budget="components", cuda_graphs="after_kv",
                                 capacity_log="num_blocks", capture="v0", batch_defaults="v0", hybrid_manager=False,
-                                async_default=False, in_flight_admission=False, block_sizes=blocks)
+                                scheduler=scheduler, block_sizes=blocks)
     return dataclasses.replace(profile, rules=rules, display="vLLM (V0 engine)",
                                changes=(*profile.changes, "the V0 engine: V0's budget, CUDA graphs and log"))
 

@@ -1,7 +1,8 @@
 """What a vLLM v1 scheduler simulation is given: the scheduler settings, the KV cache groups sharing one
 block pool, the requests as segment lists, an optional CPU offload tier and step-time model.
 
-Rules cite vLLM 0.33.0 (vllm-project/vllm, tag v0.33.0); file::function for each.
+Rules cite vLLM 0.33.0 (vllm-project/vllm, tag v0.33.0); file::function for each. What changed between
+releases 0.11.0 and 0.33.0 is SchedulerConfig.rules (kvplan.core.engines.vllm.scheduler_rules).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvplan.core.engines.base import cdiv
+from kvplan.core.engines.vllm.scheduler_rules import SchedulerRules, newest
 from kvplan.core.sim.model import StepModel
 from kvplan.core.spec import LayerKind
 from kvplan.errors import InputError
@@ -34,6 +36,8 @@ class SchedulerConfig:
     # two batches in flight: each is scheduled before the previous one's output is processed
     # (v1/core/sched/async_scheduler.py, v1/engine/core.py::step_with_batch_queue); vLLM's default since 0.14
     async_scheduling: bool = False
+    # the release's scheduler and KV cache manager rules; default: the newest profile's
+    rules: SchedulerRules = field(default_factory=newest)
 
     def __post_init__(self) -> None:
         if min(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len) < 1:
@@ -42,6 +46,9 @@ class SchedulerConfig:
             raise InputError(f"long_prefill_token_threshold must be >= 0 (got {self.long_prefill_token_threshold})")
         if not 0.0 <= self.watermark < 1.0:
             raise InputError(f"watermark must be in [0, 1) (got {self.watermark})")
+        if self.watermark and not self.rules.watermark:
+            raise InputError(f"vLLM {self.rules.release}'s scheduler has no watermark option (added in 0.24.0: "
+                             "vllm/config/scheduler.py); leave watermark at 0")
         # vllm/config/scheduler.py::SchedulerConfig.verify_max_model_len
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InputError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "

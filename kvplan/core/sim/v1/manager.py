@@ -15,12 +15,17 @@ Sources, vllm/v1/core/:
   left for cdiv(W - 1, B) contiguous blocks; chunked: nulls before the current chunk), ``free`` (tail first).
   Mamba with mamba_cache_mode "none" holds 1 + speculative blocks a request (block_size = max_model_len).
 Sync scheduling: no tokens are in flight when a step is scheduled, so blocks are freed on the computed count.
+Earlier releases (SchedulerConfig.rules, kvplan.core.engines.vllm.scheduler_rules): no admission gate before
+0.19.0, sliding/chunked groups uncapped in it in 0.19.x and capped in every block count in 0.20.0-0.20.1,
+the cap on max_num_batched_tokens and window frees on the computed tokens before 0.26.0, freed blocks
+appended to the free queue before 0.24.0 (sliding-window frees prepended in 0.23.0).
 Not modelled: Mamba "align" mode (prefix caching on hybrid linear models), partial-block hits
 (hash_block_size < block_size), EAGLE/MTP drops, cross-attention, encoder inputs.
 """
 
 from __future__ import annotations
 
+from kvplan.core.engines.vllm.scheduler_rules import FreeOrder, WindowCap
 from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
 from kvplan.core.sim.v1.pool import BlockPool
@@ -116,13 +121,23 @@ class KVCacheManager:
         self.caching = sched.enable_prefix_caching
         self.pool = BlockPool(layout.num_blocks, self.caching, len(layout.groups))
         self.mml = sched.max_model_len
+        rules = sched.rules
         # vllm/config/vllm.py::VllmConfig.max_in_flight_tokens: a budget per batch in flight (two with async
-        # scheduling: max_concurrent_batches)
-        in_flight = sched.max_num_batched_tokens * (2 if sched.async_scheduling else 1)
+        # scheduling: max_concurrent_batches); one batch's budget before 0.26.0
+        in_flight = sched.max_num_batched_tokens * (2 if sched.async_scheduling and rules.window_cap_in_flight else 1)
         self.caps = [g.admission_cap_blocks(in_flight, self.mml) for g in layout.groups]
         self.watermark_blocks = int(sched.watermark * layout.num_blocks)
-        self.reserve_full_isl = sched.reserve_full_isl
+        self.reserve_full_isl = sched.reserve_full_isl and rules.full_sequence_gate  # the gate: 0.19.0
+        self.gate_capped = rules.window_cap is not WindowCap.NONE  # 0.20.0
+        self.always_capped = rules.window_cap is WindowCap.EVERY_ALLOCATION  # 0.20.0-0.20.1
+        self.frees_processed = rules.window_frees_processed  # 0.26.0
         self.recycling = [gi for gi, k in enumerate(self.kinds) if k in (SLIDING, CHUNKED)]
+        # where unhashed freed blocks go (the order only matters with prefix caching: block ids otherwise)
+        order = rules.free_order
+        self.skipped_unhashed_first = order is not FreeOrder.APPEND  # remove_skipped_blocks, 0.23.0
+        self.finished_unhashed_first = [order is FreeOrder.UNHASHED_FIRST
+                                        or (order is FreeOrder.WINDOW_UNHASHED_FIRST and k == SLIDING)
+                                        for k in self.kinds]
         self.hash_block = 0
         self.spec_groups: list[SpecGroup] = []
         if self.caching:
@@ -294,7 +309,7 @@ class KVCacheManager:
                 freed.append(blocks[i])
                 blocks[i] = 0
                 i -= 1
-            self.pool.free(freed)
+            self.pool.free(freed, self.skipped_unhashed_first)
         r.next_free_at = nxt
 
     def allocate_slots(self, r: ReqState, num_new: int, hits: list[list[int]] | None = None, hit_len: int = 0,
@@ -306,14 +321,15 @@ class KVCacheManager:
         wm = self.watermark_blocks if admitting and has_running else 0
         if admitting and self.reserve_full_isl:
             full = min(r.num_tokens, self.mml)
-            if self._to_allocate(r, full, hits, total, True) + wm > len(pool.plain) + len(pool.cached_free):
+            if self._to_allocate(r, full, hits, total, self.gate_capped) + wm > len(pool.plain) + len(pool.cached_free):
                 return False
         need_slot = min(total + num_new, self.mml)
-        if self.recycling:  # on the processed-token basis: in-flight batches still read the window
-            self.remove_skipped(r, max(0, total - r.in_flight))
+        if self.recycling:  # 0.26.0: on the processed-token basis, as in-flight batches still read the window
+            self.remove_skipped(r, max(0, total - r.in_flight) if self.frees_processed else total)
         else:
             r.next_free_at = 1 << 62
-        if self._to_allocate(r, need_slot, hits, total, False) + wm > len(pool.plain) + len(pool.cached_free):
+        need = self._to_allocate(r, need_slot, hits, total, self.always_capped)
+        if need + wm > len(pool.plain) + len(pool.cached_free):
             return False
         if not r.tracked and (hit_len or ext or (hits and any(hits))):
             self._adopt(r, hits, hit_len, ext)
@@ -322,6 +338,8 @@ class KVCacheManager:
             blocks = r.blocks[gi]
             new = self.required(gi, need_slot) - len(blocks)
             if new > 0:
+                if self.always_capped and new > pool.num_free:
+                    self._short(r, new)
                 blocks += pool.get_new(new)
             if self.kinds[gi] != MAMBA and len(blocks) * self.sizes[gi] < cap:
                 cap = len(blocks) * self.sizes[gi]
@@ -330,6 +348,14 @@ class KVCacheManager:
         if self.caching:
             self.cache_blocks(r, min(total + num_new, r.num_tokens))
         return True
+
+    def _short(self, r: ReqState, new: int) -> None:
+        """0.20.0-0.20.1 count sliding/chunked groups at the admission cap, yet allocate_new_blocks takes every
+        block the tokens need, and BlockPool.get_new_blocks raises when the pool is short: stop as vLLM does."""
+        raise InputError(f"request {r.req.id}: vLLM 0.20.0-0.20.1 stops here (vllm/v1/core/block_pool.py::"
+                         f"BlockPool.get_new_blocks: {new} blocks asked, {self.pool.num_free} free): its sliding/"
+                         "chunked groups were counted at the admission cap in every allocation (fixed in 0.20.2); "
+                         "give the pool more blocks or simulate another release")
 
     def _adopt(self, r: ReqState, hits: list[list[int]] | None, hit_len: int, ext: int) -> None:
         """add_local_computed_blocks (touch the hit, nulls for skipped blocks), then blocks for the tokens a
@@ -375,7 +401,7 @@ class KVCacheManager:
             blocks = r.blocks[gi]
             if blocks:
                 blocks.reverse()
-                self.pool.free(blocks)
+                self.pool.free(blocks, self.finished_unhashed_first[gi])
             r.blocks[gi] = []
             r.ncached[gi] = 0
         r.tracked = False
@@ -383,5 +409,6 @@ class KVCacheManager:
 
     def blocks_for_prompt(self, r: ReqState) -> int:
         """Blocks the admission gate asks of an empty pool for r (for error messages)."""
-        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), self.caps[gi] or 1 << 62)
+        caps = self.caps if self.gate_capped else [None] * len(self.groups)
+        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), caps[gi] or 1 << 62)
                    for gi in range(len(self.groups)))

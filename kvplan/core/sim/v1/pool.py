@@ -9,7 +9,9 @@ vllm/v1/core/block_pool.py (0.33.0), class BlockPool, and kv_cache_utils.py::Fre
   ``touch`` takes a ref-0 cached block out of the queue (a prefix hit).
 So every unhashed free block sits ahead of every hashed one: the queue is modelled as a deque of
 unhashed blocks followed by an insertion-ordered dict of hashed ones, which gives the same blocks in
-the same order with O(1) operations.
+the same order with O(1) operations. Before 0.24.0 (SchedulerRules.free_order) freed blocks were
+appended whether hashed or not (``free(..., unhashed_first=False)``): they go to the dict, behind the
+deque of blocks never used or prepended, and a block taken from the dict loses its hash only if it has one.
 - the cache map keeps every block cached under a hash; ``get_one_block`` returns the first inserted
   (BlockHashToBlockMap: a hash may map to several blocks, duplicates are not merged).
 - usage = 1 - free / (num_blocks - 1) (``get_usage``; free counts evictable cached blocks).
@@ -54,8 +56,9 @@ class BlockPool:
             out.append(b)
         for _ in range(n - take):
             b, _ = self.cached_free.popitem(last=False)
-            self._drop_hash(b)
-            self.evicted += 1
+            if self.key[b] is not None:  # blocks freed unhashed to the back before 0.24.0 have none
+                self._drop_hash(b)
+                self.evicted += 1
             ref[b] = 1
             out.append(b)
         return out
@@ -81,8 +84,10 @@ class BlockPool:
                 del self.cached_free[b]
             ref[b] += 1
 
-    def free(self, ordered: list[int]) -> None:
-        """Release one reference of each block, in eviction priority order (first evicted first)."""
+    def free(self, ordered: list[int], unhashed_first: bool = True) -> None:
+        """Release one reference of each block, in eviction priority order (first evicted first); blocks
+        without a hash go to the front of the queue, or with ``unhashed_first=False`` (pool::free_blocks up to
+        0.22.1, a full attention group's finished blocks in 0.23.0) to the back like the hashed ones."""
         ref, key = self.ref, self.key
         first = []
         for b in ordered:
@@ -90,7 +95,7 @@ class BlockPool:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
-                if key[b] is None or not self.caching:
+                if not self.caching or (key[b] is None and unhashed_first):
                     first.append(b)
                 else:
                     self.cached_free[b] = None

@@ -20,6 +20,8 @@ batches): a placeholder for each token being sampled, asked for by the next sche
 last token is in flight is skipped; each batch's output is processed after the next batch is scheduled
 (finished requests free their blocks a batch later); a preempted request still receives its token in
 flight (stale); sliding windows free on the processed tokens (KVCacheManager.allocate_slots).
+Earlier releases (SchedulerConfig.rules): the threshold caps a request alone too before 0.31.0; async
+scheduling schedules one more decode for a request whose last token is in flight in 0.11.0.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class _Sim:
         fast = self.fast and not async_  # the fast path assumes frees on the computed-token basis
         budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
         lpt0 = cfg.long_prefill_token_threshold
+        rules = cfg.rules
+        lpt_alone = 0 if rules.threshold_needs_company else lpt0  # 0.31.0: no cap for a request alone
+        skip_last = rules.async_skip_last_in_flight  # 0.11.1
         step_model = self.inputs.step_model
         pending, timed = self.pending, self.timed
         n_pending = len(pending)
@@ -127,7 +132,7 @@ class _Sim:
             # _update_after_schedule, after the loops: nothing later in the step reads it, as a preemption
             # victim under FCFS is never a request already scheduled in the step)
             budget = budget0
-            lpt = lpt0 if len(running) + len(waiting) > 1 else 0
+            lpt = lpt0 if len(running) + len(waiting) > 1 else lpt_alone
             batch: list[tuple[ReqState, int, bool]] = []
             kv_tokens = prefill = 0
             preempted = False
@@ -135,7 +140,7 @@ class _Sim:
             while i < len(running) and budget > 0:
                 r = running[i]
                 c = r.num_computed
-                if r.placeholders and c + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
+                if skip_last and r.placeholders and c + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                     i += 1  # async: the batch in flight brings its last token; no step more
                     continue
                 num = left = r.num_tokens + r.placeholders - c
@@ -167,6 +172,8 @@ class _Sim:
                     preemptions += 1
                     preempted = True
                     if victim is r:
+                        if not mgr.reserve_full_isl and pool.num_free == pool.num_blocks - 1:
+                            self._outgrows(r)
                         break
                     ok = mgr.allocate_slots(r, num)
                 if not ok:
@@ -304,6 +311,15 @@ class _Sim:
                 raise InputError("the simulation did not end")
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start)
+
+    def _outgrows(self, r: ReqState) -> None:
+        """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
+        re-admits it on its first chunk and preempts it again at the same point, forever: stop instead."""
+        pool = self.mgr.pool
+        raise InputError(f"request {r.req.id} ({r.num_tokens} tokens) outgrows the whole pool ({pool.num_blocks - 1} "
+                         f"blocks) even alone: vLLM {self.cfg.rules.release}'s scheduler (no whole-sequence admission "
+                         "gate before 0.19.0) would preempt and recompute it forever; give the pool more blocks or "
+                         "shorten the request")
 
     def _check(self, running: list[ReqState], waiting: deque[ReqState]) -> None:
         """Every block held is accounted for by reference counts; free blocks are held by nobody; the null

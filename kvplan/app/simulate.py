@@ -100,8 +100,14 @@ def _scheduler_note(engine: str) -> tuple[str, ...]:
 
 # -- which simulator ------------------------------------------------------------------------------------------
 def choose_simulator(wf: WorkloadFile, path: Path, serving: Serving, override: str | None) -> tuple[str, str]:
-    """(simulator, why): ``override`` (--scheduler-model) or scheduler.model; ``auto`` takes vllm-v1 when the
-    workload needs what only it models (a long prompt's chunked prefill is checked once the requests exist)."""
+    """(simulator, why): ``override`` (--scheduler-model) or scheduler.model, else the rule of ``auto``:
+
+    - a vLLM release whose default engine is V1 (0.8.0 and later): vllm-v1, vLLM's own scheduler and KV cache
+      manager under that release's rules, whatever the workload;
+    - a V0 release of vLLM, SGLang or TensorRT-LLM: the event engine (whole prompts per step, as V0 scheduled;
+      SGLang's and TensorRT-LLM's schedulers follow vLLM's rules there, said in a note), unless the workload needs
+      what only vllm-v1 models (then vllm-v1 for vLLM, a refusal for the others; a prompt longer than the token
+      budget, which needs chunked prefill, is checked once the requests exist)."""
     wanted = override or wf.scheduler.model
     if wanted not in SIMULATORS:
         raise InputError(f"--scheduler-model must be auto, event or vllm-v1 (got {wanted!r})")
@@ -112,12 +118,20 @@ def choose_simulator(wf: WorkloadFile, path: Path, serving: Serving, override: s
         return EVENT, "scheduler.model: event"
     if wanted == V1:
         return V1, "scheduler.model: vllm-v1"
-    if needs and serving.engine.name != "vllm":
+    choice = serving.engine
+    if choice.name == "vllm" and choice.profile.rules.v1:
+        return V1, (f"auto: vLLM {choice.version} schedules with its V1 engine" + (f"; {'; '.join(needs)}"
+                                                                                 if needs else ""))
+    if needs and choice.name != "vllm":
         raise ConfigError(f"{path}: {needs[0]} is simulated with vLLM v1's scheduler only; set serving.engine: "
                           f"vllm (got {wf.serving.engine})")
     if needs:
-        return V1, "auto: " + "; ".join(needs)
-    return EVENT, "auto: full attention, every prompt within max_num_batched_tokens, one shared prefix at most"
+        return V1, (f"auto: {'; '.join(needs)} (vLLM {choice.version} is a V0 release: its own scheduler is not "
+                    "modelled; V1's is)")
+    if choice.name == "vllm":
+        return EVENT, (f"auto: vLLM {choice.version} is a V0 release (V1 became the default in 0.8.0): whole "
+                       "prompts per step")
+    return EVENT, f"auto: {choice.profile.display if choice.profile else choice.name} serving"
 
 
 def _v1_needs(wf: WorkloadFile, serving: Serving) -> list[str]:

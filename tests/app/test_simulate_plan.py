@@ -143,10 +143,13 @@ def test_bad_offload_is_rejected(tmp_path, offload, match):
         read_workload(path)
 
 
-def test_event_cannot_run_sessions_and_auto_keeps_event_for_plain_traffic(tmp_path):
+def test_event_cannot_run_sessions_and_auto_takes_v1_on_v1_releases_event_on_v0(tmp_path):
     plain = _file(tmp_path, SERVING + "requests: {count: 2, arrival: {process: all_at_once}, prompt_tokens: "
                   "{dist: constant, value: 5}, output_tokens: {dist: constant, value: 5}}\n")
-    assert plan_simulation(plain).simulator == EVENT
+    assert plan_simulation(plain).simulator == V1
+    assert plan_simulation(plain, engine="vllm==0.7.3").simulator == EVENT
+    assert plan_simulation(plain, engine="vllm==0.8.0").simulator == V1
+    assert plan_simulation(plain, engine="sglang").simulator == EVENT
     sessions = _file(tmp_path, SERVING + "scheduler: {model: event}\nrequests:\n  arrival: {process: all_at_once}\n"
                      "  sessions: {count: 2, turns: {dist: constant, value: 2}, think_time_s: {dist: constant, "
                      "value: 1}, message_tokens: {dist: constant, value: 5}, output_tokens: {dist: constant, "

@@ -156,7 +156,7 @@ requests:
   prompt_tokens: {dist: uniform, low: 266, high: 356}
   output_tokens: {dist: zipf, a: 1.1, low: 5, high: 200}
 sharing: {shared_prefix_tokens: 256, parallel_sampling: 4}
-scheduler: {max_model_len: 2048}
+scheduler: {max_model_len: 2048, model: event}
 step_time: {model: constant, seconds: 0.02}
 allocators: [contiguous-oracle, paged-16]
 """)
@@ -173,7 +173,7 @@ def test_shared_prefix_is_part_of_the_prompt(tmp_path):
 serving: {model: opt-13b, kv_pool_tokens: 100000}
 requests: {count: 10, arrival: {process: all_at_once}, prompt_tokens: {dist: constant, value: PROMPT}, output_tokens: {dist: constant, value: 10}}
 sharing: {shared_prefix_tokens: 256}
-scheduler: {max_model_len: 2048}
+scheduler: {max_model_len: 2048, model: event}
 step_time: {model: constant, seconds: 0.01}
 allocators: [contiguous-oracle]
 """
@@ -200,13 +200,15 @@ requests: {count: 5, arrival: {process: poisson, rate: 5}, prompt_tokens: {dist:
 scheduler: {max_model_len: 8192, max_num_seqs: 128}
 allocators: [paged-16]
 """)
-    sim = simulate_json(path)
     r = runner.invoke(app, ["fit", "llama3-8b", "--gpu", "H100-80GB", "--gpu-memory-utilization", "0.85",
                             "--max-model-len", "8192", "--max-num-seqs", "128", "--json"])
     assert r.exit_code == 0, r.output
     fit = json.loads(r.stdout)
-    assert sim["pool_slots"] == fit["kv_cache_tokens"]
-    assert sim["pool_bytes"] == fit["kv_cache_memory_bytes"]
+    v1 = simulate_json(path)  # the default, vLLM's V1 scheduler: fit's blocks, the null block among them
+    assert v1["scheduler_model"] == "vllm-v1" and v1["pool_blocks"] == fit["num_blocks"]
+    assert v1["pool_bytes"] == fit["kv_cache_memory_bytes"]
+    event = simulate_json(path, "--scheduler-model", "event")  # token slots: fit's count
+    assert event["pool_slots"] == fit["kv_cache_tokens"] and event["pool_bytes"] == fit["kv_cache_memory_bytes"]
 
 
 def test_throughput_per_busy_second_and_drain(tmp_path):
@@ -214,7 +216,7 @@ def test_throughput_per_busy_second_and_drain(tmp_path):
     path = write(tmp_path, """
 serving: {model: opt-13b, kv_pool_tokens: 8192}
 requests: {trace: t.csv}
-scheduler: {max_model_len: 2048}
+scheduler: {max_model_len: 2048, model: event}
 step_time: {model: constant, seconds: 0.01}
 allocators: [paged-16]
 """)

@@ -103,7 +103,7 @@ def test_a_long_prompt_is_chunked_not_rejected(tmp_path):
     path = write(tmp_path, LONG)
     out = run(path)
     m = out["allocators"]["paged-16"]
-    assert out["scheduler_model"] == "vllm-v1" and "longer than max_num_batched_tokens" in out["scheduler_model_reason"]
+    assert out["scheduler_model"] == "vllm-v1" and "V1 engine" in out["scheduler_model_reason"]
     assert m["completed"] == 1 and m["rejected"] == 0
     # 3,000 prompt tokens in chunks of 2,048: 2 prefill steps (the second samples the first token), 9 decodes
     assert out["steps"] == 2 + 9
@@ -125,16 +125,26 @@ requests:
 scheduler: {max_model_len: 8192, max_num_batched_tokens: 4096}
 step_time: {model: constant, seconds: 0.02}
 """))
-    assert out["scheduler_model"] == "vllm-v1" and "sliding" in out["scheduler_model_reason"]
+    assert out["scheduler_model"] == "vllm-v1" and "sliding" in out["scheduler_model_reason"]  # named beside the release
     assert out["kv_cache_groups"] >= 2  # a full and a sliding-window group share the pool
     assert out["allocators"]["paged-16"]["completed"] == 20 == out["requests"]
     assert 0 < out["mean_kv_usage"] <= out["peak_kv_usage"] <= 1
 
 
-def test_plain_traffic_stays_on_the_event_engine(tmp_path):
+def test_plain_traffic_on_a_v1_release_runs_vllms_own_scheduler(tmp_path):
+    """Exact by default: a vLLM release whose engine is V1 is simulated with its V1 scheduler, plain traffic too."""
     out = run(write(tmp_path, LONG.replace("3000", "1000")))
-    assert out["scheduler_model"] == "event"
+    assert out["scheduler_model"] == "vllm-v1" and "V1 engine" in out["scheduler_model_reason"]
+
+
+def test_a_v0_release_and_the_other_engines_stay_on_the_event_engine(tmp_path):
+    path = write(tmp_path, LONG.replace("3000", "1000"))
+    out = run(path, "--engine", "vllm==0.6.2")
+    assert out["scheduler_model"] == "event" and "V0 release" in out["scheduler_model_reason"]
     assert any(n.startswith("simulator: event (auto") for n in out["notes"])
+    long = run(write(tmp_path, LONG, "long.yaml"), "--engine", "vllm==0.6.2")
+    assert long["scheduler_model"] == "vllm-v1"  # a prompt past the token budget needs chunked prefill
+    assert "longer than max_num_batched_tokens" in long["scheduler_model_reason"]
 
 
 @pytest.mark.parametrize("args, text, match", [
@@ -231,7 +241,7 @@ serving: {{model: llama3.1-8b, gpu: H100-80GB, engine: {engine}}}
 requests: {{count: 20, arrival: {{process: poisson, rate: 2}}, prompt_tokens: {{dist: constant, value: 100}},
            output_tokens: {{dist: constant, value: 10}}}}
 """
-    out = run(write(tmp_path, text))
+    out = run(write(tmp_path, text), "--scheduler-model", "event")  # vLLM's V1 releases run vllm-v1 by default
     assert out["scheduler_model"] == "event"
     notes = [n for n in out["notes"] if n.startswith("scheduling follows vLLM's rules")]
     assert (says in notes[0]) if says else not notes

@@ -163,7 +163,7 @@ def _replay(req: FitRequest, log: VLLMLog) -> Replay:
                                    non_torch_memory=log.non_torch_bytes,
                                    cuda_graph_memory=log.cuda_graph_estimate_bytes or log.cuda_graph_bytes)
     budget = None
-    subtracts = req.engine_profile().rules.cuda_graphs == "subtracted"
+    subtracts = req.engine_profile().rules.cuda_graphs.subtracted
     if (log.total_gpu_memory_bytes and log.gpu_memory_utilization and None not in (
             log.weights_bytes, log.activation_bytes, log.non_torch_bytes)
             and (log.cuda_graph_estimate_bytes is not None or not subtracts)):

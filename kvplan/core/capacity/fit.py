@@ -183,4 +183,4 @@ def fewest_gpus(req: FitRequest, base: FitResult, alternatives: list[WhatIf]) ->
 def _graphs_in_budget(req: FitRequest) -> bool:
     """Whether CUDA-graph memory comes out of the KV budget: vLLM from 0.20 (before, graphs are captured
     from the slack after the KV cache is sized and --enforce-eager frees nothing for it)."""
-    return req.engine == "vllm" and req.engine_profile().rules.cuda_graphs == "subtracted"
+    return req.engine == "vllm" and req.engine_profile().rules.cuda_graphs.subtracted

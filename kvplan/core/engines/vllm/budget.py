@@ -39,7 +39,8 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
-from kvplan.core.engines.vllm.profiles import VLLMRules, batch_defaults, blackwell_class, capture_sizes, mla_block
+from kvplan.core.engines.vllm.profiles import (CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
+                                              mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, MLALayer
 from kvplan.errors import InputError
 
@@ -187,7 +188,7 @@ class VLLMBudget(EngineBudget):
                                           era=estimates.cuda_graph_era(v.rules))
 
     def kv_memory(self, req: FitRequest, setup: Setup, memory_bytes: int, c: Components) -> int:
-        graphs = c.cuda_graph if setup.engine.rules.cuda_graphs == "subtracted" else 0
+        graphs = c.cuda_graph if setup.engine.rules.cuda_graphs.subtracted else 0
         return _requested(memory_bytes, setup.utilization) - c.weights - c.activation - c.non_torch - graphs
 
     def capacity(self, req: FitRequest, setup: Setup, stages: list[Stage]) -> Capacity:
@@ -219,7 +220,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     """Blocks, fit check and capacity from vLLM's KV planning over the stages' layouts."""
     v: _Settings = setup.engine
     rules, spec, util, max_len, in_flight = v.rules, req.spec, setup.utilization, setup.max_model_len, v.in_flight_tokens
-    subtract_graphs = rules.cuda_graphs == "subtracted"
+    subtract_graphs = rules.cuda_graphs.subtracted
     plan = plan_stages([(p.layout, p.stage.kv_bytes) for p in pools], rules, max_len, in_flight_tokens=in_flight,
                        num_gpu_blocks_override=req.num_gpu_blocks_override, auto_fit=req.auto_fit_max_model_len)
     layout = plan.layout
@@ -277,9 +278,9 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
         notes.append(f"--num-gpu-blocks-override {req.num_gpu_blocks_override} replaces the {memory_blocks} "
                      "blocks the memory holds" + (" and is what the fit check plans with" if rules.override_in_fit
                                                   else " (the fit check still plans with the memory before 0.20.1)"))
-    if v.graphs and rules.cuda_graphs != "subtracted":
+    if v.graphs and not rules.cuda_graphs.subtracted:
         notes.append(f"CUDA graphs ({len(v.graphs)} batch sizes, {c.cuda_graph / GiB:.2f} GiB) are captured after "
-                     "the KV cache " + ("is allocated, from the 1 - utilization slack" if rules.cuda_graphs == "after_kv"
+                     "the KV cache " + ("is allocated, from the 1 - utilization slack" if rules.cuda_graphs is CudaGraphs.AFTER_KV
                                         else "is sized: estimated and logged, not subtracted unless VLLM_MEMORY_"
                                         "PROFILER_ESTIMATE_CUDAGRAPHS=1"))
     return Capacity(

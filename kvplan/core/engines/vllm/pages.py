@@ -95,14 +95,14 @@ class VLLMEngine(PagedEngine):
         """MLA models run with the release's forced block size on Hopper (FlashMLA; VLLMRules.mla_block_size)."""
         if not any(isinstance(x, MLALayer) for x in spec.layers):
             return block_size, None
-        from kvplan.core.engines.vllm.profiles import mla_block, newest
+        from kvplan.core.engines.vllm.profiles import MlaGivenBlock, mla_block, newest
 
         rules = (profile if profile is not None else newest()).rules
         sparse = any(isinstance(x, MLALayer) and x.indexer_head_dim for x in spec.layers)
         block, note = mla_block(rules, block_size, sparse=sparse)
         if block_size is None and block != self.block_size:
             note = f"vLLM uses {block}-token blocks for MLA models (FlashMLA)" + (
-                "; --block-size overrides" if rules.mla_given_block == "kept" else "")
+                "; --block-size overrides" if rules.mla_given_block is MlaGivenBlock.KEPT else "")
         return (block, note) if note else (block_size, None)
 
     def linear_state_dtypes(self, layer: LinearLayer, model_dtype: str) -> tuple[KVDtype, KVDtype]:

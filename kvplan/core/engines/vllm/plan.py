@@ -22,7 +22,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
-from kvplan.core.engines.vllm.profiles import VLLMRules, check_block_size, mla_block
+from kvplan.core.engines.vllm.profiles import CapacityLog, VLLMRules, check_block_size, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
@@ -404,10 +404,10 @@ def check_layout_dtype(rules: VLLMRules, dtype: KVDtype, version: str) -> None:
 
 def logged_kv_cache_tokens(rules: VLLMRules, blocks: int, layout: KVLayout, concurrency: float, max_len: int) -> tuple[int, str]:
     """The startup log's "GPU KV cache size" in this release, and how it is computed."""
-    if rules.capacity_log == "concurrency_x_len":
+    if rules.capacity_log is CapacityLog.CONCURRENCY_X_LEN:
         return int(concurrency * max_len), "int(max concurrency x max_model_len)"
-    if rules.capacity_log == "blocks_per_group":
+    if rules.capacity_log is CapacityLog.BLOCKS_PER_GROUP:
         return blocks // layout.num_groups * layout.min_block_size, "num_blocks // layer groups x block_size"
-    if rules.capacity_log == "blocks_x_block":
+    if rules.capacity_log is CapacityLog.BLOCKS_X_BLOCK:
         return blocks * layout.min_block_size, "num_blocks x block_size"
     return blocks * layout.min_block_size, "V0 logs '# GPU blocks' only: num_blocks x block_size"

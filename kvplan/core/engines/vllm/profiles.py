@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap
 from kvplan.core.gpus import GPUSpec
@@ -60,34 +61,82 @@ class BlockSizeRule:
         return f"use one of {sizes}" if self.choices else f"use {sizes} or another multiple of {self.cuda_multiple_of}"
 
 
+class Budget(str, Enum):
+    """What the KV budget charges (docs/engine-versions-research.md section 1)."""
+
+    FREE_DELTA = "free_delta"  # total x util - (free at start - free after the profile run)        (<= 0.6.3)
+    DEVICE_USED = "device_used"  # total x util - (torch peak + device used - torch allocated)     (0.6.4; V1 0.8-0.9.0)
+    COMPONENTS = "components"  # total x util - (weights + activation peak + non-torch increase) (0.6.5 V0; V1 0.9.1-0.26)
+    CONSUMED = "consumed"  # total x util - (free at start - free after + torch peak - allocated) (0.27+)
+
+
+class CudaGraphs(str, Enum):
+    AFTER_KV = "after_kv"  # captured after the KV cache is allocated, out of the 1 - utilization slack
+    ESTIMATED = "estimated_not_subtracted"  # estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_..._CUDAGRAPHS=1
+    SUBTRACTED = "subtracted"  # estimated and subtracted from the KV budget by default
+
+    @property
+    def subtracted(self) -> bool:
+        return self is CudaGraphs.SUBTRACTED
+
+
+class CapacityLog(str, Enum):
+    """What "GPU KV cache size: N tokens" means."""
+
+    NUM_BLOCKS = "num_blocks"  # V0 logs '# GPU blocks' only
+    BLOCKS_X_BLOCK = "blocks_x_block"  # num_blocks x block_size
+    BLOCKS_PER_GROUP = "blocks_per_group"  # num_blocks // groups x block_size
+    CONCURRENCY_X_LEN = "concurrency_x_len"  # int(max concurrency x max_model_len)
+
+
+class Capture(str, Enum):
+    """Which CUDA-graph batch sizes are captured (capture_sizes below)."""
+
+    V0 = "v0"
+    V1_512 = "v1_512"
+    V1_2X_SEQS = "v1_2x_seqs"
+    V1_2X_SEQS_STEP16 = "v1_2x_seqs_step16"
+
+
+class BatchDefaults(str, Enum):
+    """The default max_num_batched_tokens / max_num_seqs table (batch_defaults below)."""
+
+    V0 = "v0"
+    V1_0_8_0 = "v1_0.8.0"
+    V1_0_8_4 = "v1_0.8.4"
+    V1_0_8_5 = "v1_0.8.5"
+    V1_0_9 = "v1_0.9"
+    V1_0_28 = "v1_0.28"
+
+
+class MlaGivenBlock(str, Enum):
+    """What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default."""
+
+    KEPT = "kept"
+    REPLACED = "replaced"  # by mla_block_size, whatever it is
+    UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
+
+
+# Typed fields read from the table below as their names (each value checked when the rules are built).
+_ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
+          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock}
+
+
 @dataclass(frozen=True, kw_only=True)
 class VLLMRules:
     v1: bool  # the release's default engine is V1
-    # What the KV budget charges (docs/engine-versions-research.md section 1):
-    #   free_delta: total x util - (free at start - free after the profile run)        (<= 0.6.3)
-    #   device_used: total x util - (torch peak + device used - torch allocated)       (0.6.4; V1 0.8-0.9.0)
-    #   components: total x util - (weights + activation peak + non-torch increase)    (0.6.5 V0; V1 0.9.1-0.26)
-    #   consumed: total x util - (free at start - free after + torch peak - allocated) (0.27+)
-    # From model, GPU and settings alone they come to the same sum; they differ in what else they charge
+    # From model, GPU and settings alone the budgets come to the same sum; they differ in what else they charge
     # (other processes' memory: device_used) and in what the startup log prints.
-    budget: str
+    budget: Budget
     default_utilization: float
-    # CUDA graphs: "after_kv" (captured after the KV cache is allocated, out of the 1 - utilization
-    # slack), "estimated_not_subtracted" (estimated and logged, subtracted only with
-    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), "subtracted" (by default).
-    cuda_graphs: str
+    cuda_graphs: CudaGraphs
     kv_cache_memory_bytes: bool  # --kv-cache-memory-bytes exists
     null_block_in_fit: bool  # the fit check and max-model-len search leave one block for the null block
-    # "GPU KV cache size: N tokens": "num_blocks" (V0 logs '# GPU blocks' only), "blocks_x_block"
-    # (num_blocks x block_size), "blocks_per_group" (num_blocks // groups x block_size),
-    # "concurrency_x_len" (int(max concurrency x max_model_len)).
-    capacity_log: str
-    capture: str  # which CUDA-graph batch sizes are captured: v0, v1_512, v1_2x_seqs, v1_2x_seqs_step16
-    batch_defaults: str  # default max_num_batched_tokens / max_num_seqs table (batch_defaults below)
+    capacity_log: CapacityLog
+    capture: Capture
+    batch_defaults: BatchDefaults
     mla_block_size: int  # the KV block size forced for MLA models
-    # What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default: "kept", "replaced" by
-    # mla_block_size whatever it is, or replaced "unless_multiple" of it (sparse MLA: replaced unless equal).
-    mla_given_block: str = "kept"
+    mla_given_block: MlaGivenBlock = MlaGivenBlock.KEPT
     block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
     override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
     hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
@@ -100,6 +149,10 @@ class VLLMRules:
     mamba_cache_modes: bool = False
     layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
     scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
+
+    def __post_init__(self) -> None:
+        for name, kind in _ENUMS.items():  # the table names them; a misspelt one fails here, at import
+            object.__setattr__(self, name, kind(getattr(self, name)))
 
     @property
     def async_default(self) -> bool:
@@ -336,18 +389,18 @@ def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[
     (vllm/engine/arg_utils.py, release by release; docs/engine-versions-research.md section 2b)."""
     name = gpu.name.lower()
     big = gpu.memory_bytes >= 70 * GiB
-    if rules.batch_defaults == "v0":
+    if rules.batch_defaults is BatchDefaults.V0:
         if max_model_len > V0_LONG_CONTEXT:  # chunked prefill turns on: the budget is one chunk
             return V0_MIN_BATCHED_TOKENS, 256
         return max(max_model_len, V0_MIN_BATCHED_TOKENS), 256
-    if rules.batch_defaults in ("v1_0.8.0", "v1_0.8.4"):
+    if rules.batch_defaults in (BatchDefaults.V1_0_8_0, BatchDefaults.V1_0_8_4):
         hopper = "h100" in name or "h200" in name
-        seqs = 1024 if rules.batch_defaults == "v1_0.8.0" or hopper else 256
+        seqs = 1024 if rules.batch_defaults is BatchDefaults.V1_0_8_0 or hopper else 256
         return (8192 if hopper else 2048), seqs
-    if rules.batch_defaults == "v1_0.8.5":
+    if rules.batch_defaults is BatchDefaults.V1_0_8_5:
         return (8192, 1024) if big else (2048, 256)
     large = big and not gpu.is_a100_class
-    if rules.batch_defaults == "v1_0.28" and gpu.memory_bytes >= 160 * GiB:
+    if rules.batch_defaults is BatchDefaults.V1_0_28 and gpu.memory_bytes >= 160 * GiB:
         return 16384, 1024
     return (8192, 1024) if large else (2048, 256)
 
@@ -368,16 +421,16 @@ def capture_sizes(rules: VLLMRules, *, max_num_seqs: int, max_num_batched_tokens
                   blackwell: bool = False) -> list[int]:
     """The batch sizes vLLM captures CUDA graphs for (docs/engine-versions-research.md section 2a); from 0.28 the
     default cap is 1024 on compute capability 10.x (0.28.0: vllm/config/vllm.py), 512 elsewhere."""
-    if rules.capture == "v0":
+    if rules.capture is Capture.V0:
         candidates = [1, 2, 4] + [8 * i for i in range(1, 1025)]
         top = next(c for c in candidates if c >= max_num_seqs) if max_num_seqs <= candidates[-1] else candidates[-1]
         return [c for c in candidates if c <= top]
-    top = 1024 if blackwell and rules.batch_defaults == "v1_0.28" else 512
-    if rules.capture == "v1_512":
+    top = 1024 if blackwell and rules.batch_defaults is BatchDefaults.V1_0_28 else 512
+    if rules.capture is Capture.V1_512:
         cap = 512
     else:
         cap = min(2 * max_num_seqs, top)
-    if rules.capture == "v1_2x_seqs_step16":
+    if rules.capture is Capture.V1_2X_SEQS_STEP16:
         cap = min(cap, max_num_batched_tokens)
         return [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)] if s <= cap]
     return [s for s in [1, 2, 4, *range(8, cap + 1, 8)] if s <= max_num_batched_tokens]
@@ -387,11 +440,11 @@ def mla_block(rules: VLLMRules, given: int | None, *, sparse: bool) -> tuple[int
     """The block size an MLA model runs with on Hopper, and a note when vLLM replaces the --block-size given
     (vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config, 0.9.0 to 0.17.1)."""
     forced = rules.mla_block_size
-    if given is None or given == forced or rules.mla_given_block == "kept":
+    if given is None or given == forced or rules.mla_given_block is MlaGivenBlock.KEPT:
         return given or forced, None
-    if rules.mla_given_block == "unless_multiple" and not sparse and given % forced == 0:
+    if rules.mla_given_block is MlaGivenBlock.UNLESS_MULTIPLE and not sparse and given % forced == 0:
         return given, None
-    takes = f"{forced} only" if sparse or rules.mla_given_block == "replaced" else f"multiples of {forced}"
+    takes = f"{forced} only" if sparse or rules.mla_given_block is MlaGivenBlock.REPLACED else f"multiples of {forced}"
     return forced, (f"vLLM replaces --block-size {given} with {forced} for MLA models on Hopper "
                     f"(FlashMLA{' sparse' if sparse else ''} takes {takes}; vllm/platforms/cuda.py::"
                     "CudaPlatformBase.check_and_update_config)")

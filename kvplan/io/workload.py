@@ -271,9 +271,10 @@ class Scheduler(_Strict):
     model: Literal["auto", "event", "vllm-v1"] = Field("auto", description=(
         "Which simulator: event (kvplan's event-driven engine: every allocator, whole prompts in one step, one "
         "shared prefix), vllm-v1 (vLLM v1's scheduler step by step: chunked prefill, per-group pools for "
-        "sliding/chunked/linear layers, prefix caching of any shared blocks, CPU offload; paged only). auto "
-        "(default): vllm-v1 when the workload needs it (sessions, documents, a conversation or Mooncake trace, "
-        "offload, a sliding/chunked/linear model, or a prompt longer than max_num_batched_tokens), else event."))
+        "sliding/chunked/linear layers, prefix caching of any shared blocks, CPU offload). auto (default): vllm-v1 "
+        "for every vLLM release whose engine is V1 (0.8.0 on), the event engine for V0 releases, SGLang and "
+        "TensorRT-LLM unless the workload needs vllm-v1 (sessions, documents, a conversation or Mooncake trace, "
+        "offload, a sliding/chunked/linear model, or a prompt longer than max_num_batched_tokens)."))
     long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS, description=(
         "vllm-v1: most prompt tokens one request prefills per step when several are waiting or running "
         "(0: no cap, vLLM's default)."))

@@ -30,9 +30,10 @@ from collections import deque
 
 from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import V1Inputs
-from kvplan.core.sim.v1.manager import KVCacheManager, ReqState
+from kvplan.core.sim.v1.manager import KVCacheManager
 from kvplan.core.sim.v1.offload import CPUTier
 from kvplan.core.sim.v1.result import RequestRecord, TierStats, V1Result, percentiles
+from kvplan.core.sim.v1.state import ReqState
 from kvplan.errors import InputError
 
 MAX_IDLE_STEPS = 1 << 40

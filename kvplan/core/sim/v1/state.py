@@ -16,6 +16,7 @@ class ReqState:
         "cached_tokens",
         "cap_tokens",
         "cpu_tokens",
+        "entries",
         "finish_ps",
         "finish_step",
         "first_scheduled_ps",
@@ -26,6 +27,7 @@ class ReqState:
         "hasher",
         "in_flight",
         "index",
+        "internal",
         "max_tokens",
         "ncached",
         "next_free_at",
@@ -74,3 +76,7 @@ class ReqState:
         self.in_flight = 0
         self.placeholders = 0
         self.stale = 0
+        # Memory books (KVCacheManager.entries / internal): its table entries in token-slot groups, and its
+        # internal fragmentation in pool units
+        self.entries = 0
+        self.internal = 0

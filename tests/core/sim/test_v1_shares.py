@@ -1,6 +1,6 @@
 """The v1 simulator's memory shares (kvplan.core.sim.v1.shares) against a slot-by-slot recount at every counted step,
-over prefix caching, sliding windows, chunked local attention, groups of two block sizes, async scheduling and
-preemption; and what the shares add up to."""
+over prefix caching, sliding windows, chunked local attention, groups of two block sizes, async scheduling,
+preemption and the contiguous allocators; and what the shares add up to."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from kvplan.core.engines.base import cdiv
 from kvplan.core.engines.vllm.scheduler_rules import newest
 from kvplan.core.profiles import parse_engine
-from kvplan.core.sim.model import StepModel
+from kvplan.core.sim.model import StepModel, allocator_spec, next_pow2
 from kvplan.core.sim.v1 import CHUNKED, FULL, MAMBA, SLIDING, CacheGroup, V1Request, simulate_v1
 from kvplan.core.sim.v1 import scheduler as v1_scheduler
+from kvplan.core.sim.v1.contiguous import ContiguousManager
 
 from .test_v1 import make_inputs, req
 
@@ -60,6 +61,31 @@ def recount_paged(sim, running) -> tuple[int, int, int, int, int]:
     return count["token"], count["reserved"], count["internal"], 0, unit * pool.num_free
 
 
+def recount_contiguous(sim, running, waiting, budget: int) -> tuple[int, int, int, int, int]:
+    mgr, mml = sim.mgr, sim.cfg.max_model_len
+    spec = mgr.spec
+    slots = {"token": 0, "reserved": 0, "internal": 0}
+    placed_total = 0
+    for r in running:
+        out = min(r.max_tokens, mml - r.prompt_len)
+        reserved = {"max": mml, "pow2": min(r.prompt_len + next_pow2(out), mml),
+                    "oracle": r.prompt_len + out}[spec.reservation]
+        placed = next_pow2(reserved) if spec.placement == "buddy" else reserved
+        assert mgr.regions[r.index][1] == placed
+        placed_total += placed
+        for k in slots:
+            slots[k] += classify(0, placed, r.num_computed, final_tokens(r, mml)).count(k)
+    free = mgr.pool.slots - placed_total
+    external = 0
+    # admission went on while budget and max_num_seqs allowed: it stopped at the head, whose region found no place;
+    # external fragmentation when the free slots would have held it
+    if waiting and budget > 0 and len(running) < sim.cfg.max_num_seqs:
+        _, head = mgr.region(waiting[0])
+        assert not mgr.place.can_allocate(head)
+        external = free if free >= head else 0
+    return slots["token"], slots["reserved"], slots["internal"], external, free - external
+
+
 @contextmanager
 def recounting():
     """Recount the split at every counted step of every simulation run inside; yields the largest computed count
@@ -71,7 +97,10 @@ def recounting():
         original(self, running, waiting, computed, budget, books)
         if books is None or not self.mgr.books.measured:
             return
-        assert books == recount_paged(self, running)
+        if isinstance(self.mgr, ContiguousManager):
+            assert books == recount_contiguous(self, running, waiting, budget)
+        else:
+            assert books == recount_paged(self, running)
         assert sum(books) == self.mgr.books.pool_units
         for r in running:
             key = (id(self), r.index)
@@ -89,6 +118,8 @@ GROUPS = [
     (CacheGroup(kind=FULL, block_size=8), CacheGroup(kind=CHUNKED, block_size=8, window=32)),
     (CacheGroup(kind=FULL, block_size=16), CacheGroup(kind=SLIDING, block_size=32, window=40)),  # two block sizes
 ]
+CONTIGUOUS = [None, ("contiguous-max", "buddy"), ("contiguous-pow2", "buddy"), ("contiguous-oracle", "first-fit"),
+              ("contiguous-pow2", "first-fit")]
 
 
 # the newest rules, and 0.11.0's, whose async scheduler computes one token more (the last one's, in flight)
@@ -96,8 +127,11 @@ RULES = [newest(), parse_engine("vllm==0.11.0").profile.rules.scheduler]
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.data(), st.sampled_from(GROUPS), st.booleans(), st.booleans(), st.sampled_from(RULES))
-def test_the_books_are_a_slot_by_slot_recount_at_every_step(data, groups, caching, async_, rules):
+@given(st.data(), st.sampled_from(GROUPS), st.sampled_from(CONTIGUOUS), st.booleans(), st.booleans(),
+       st.sampled_from(RULES))
+def test_the_books_are_a_slot_by_slot_recount_at_every_step(data, groups, contiguous, caching, async_, rules):
+    if contiguous is not None:
+        groups, caching = (CacheGroup(kind=FULL, block_size=data.draw(st.sampled_from([1, 4, 16]))),), False
     caching = caching and len({g.block_size for g in groups}) == 1
     mml = 128
     n = data.draw(st.integers(2, 10))
@@ -108,17 +142,19 @@ def test_the_books_are_a_slot_by_slot_recount_at_every_step(data, groups, cachin
         prompt = ((0, shared), (1000 + i, own)) if shared else ((1000 + i, own),)
         out = data.draw(st.integers(1, mml - shared - own))
         reqs.append(V1Request(id=str(i), prompt=prompt, output=(10**6 + i, out), arrival_step=data.draw(st.integers(0, 4))))
-    # a pool that holds the longest request alone, often not two: preemptions
+    # a pool that holds the longest request alone, often not two: preemptions (paged), queueing (contiguous)
     need = sum(cdiv(mml, g.block_size) for g in groups)
     num_blocks = need + 1 + data.draw(st.integers(0, 12))
     mnbt = data.draw(st.sampled_from([16, 64, 2048]))  # chunked prefill from 16
     inp = make_inputs(reqs, num_blocks=num_blocks, groups=groups, caching=caching, mnbt=mnbt,
                       seqs=data.draw(st.integers(2, 8)), mml=mml, async_=async_)
     inp = dataclasses.replace(inp, scheduler=dataclasses.replace(inp.scheduler, rules=rules))
+    if contiguous is not None:
+        inp = dataclasses.replace(inp, allocator=allocator_spec(contiguous[0], placement=contiguous[1]))
     with recounting() as reached:
         r = simulate_v1(inp, check_invariants=True)
     assert r.completed == n
-    event(f"preempted: {r.preemptions > 0}, prefix hits: {r.cached_tokens > 0}")
+    event(f"preempted: {r.preemptions > 0}, prefix hits: {r.cached_tokens > 0}, external: {bool(r.external_frag_frac)}")
     # every reserved slot is filled in the end: each request computes the tokens the books expected (0.11.0's
     # async scheduler may compute one more, its last token's, which the books count as used once it is)
     extra = 1 if async_ and not rules.async_skip_last_in_flight else 0

@@ -22,14 +22,16 @@ last token is in flight is skipped; each batch's output is processed after the n
 flight (stale); sliding windows free on the processed tokens (KVCacheManager.allocate_slots).
 Earlier releases (SchedulerConfig.rules): the threshold caps a request alone too before 0.31.0; async
 scheduling schedules one more decode for a request whose last token is in flight in 0.11.0.
-Each counted step adds the pool's memory books to their sums (shares.py: O(1) a step, no walk over the running
-requests).
+The KV cache manager is vLLM's paged one, or with V1Inputs.allocator a contiguous allocator behind the same
+interface (contiguous.py): the loop is the same. Each counted step adds the pool's memory books to their sums
+(shares.py: O(1) a step, no walk over the running requests).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import V1Inputs
 from kvplan.core.sim.v1.manager import KVCacheManager
@@ -53,12 +55,25 @@ def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: 
     return sim.run()
 
 
+def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
+    """vLLM's paged pool (V1Inputs.allocator None or paged) or a contiguous allocator over the same memory."""
+    alloc, layout = inputs.allocator, inputs.layout
+    if alloc is None or alloc.paged:
+        sizes = {g.block_size for g in layout.groups}
+        if alloc is not None and sizes != {alloc.block_size}:
+            raise InputError(f"{alloc.name}: the pool's KV cache groups have blocks of {sorted(sizes)} tokens; the "
+                             "paged pool simulated is vLLM's own (plan it with that block size, or leave the "
+                             "allocator out)")
+        return KVCacheManager(layout, inputs.scheduler)
+    return ContiguousManager(layout, inputs.scheduler, alloc, offload=inputs.offload is not None)
+
+
 class _Sim:
     def __init__(self, inputs: V1Inputs, check: bool) -> None:
         self.inputs = inputs
         cfg = inputs.scheduler
         self.cfg = cfg
-        self.mgr = KVCacheManager(inputs.layout, cfg)
+        self.mgr = _manager(inputs)
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
         self.check = check
         ng = len(inputs.layout.groups)
@@ -81,6 +96,8 @@ class _Sim:
                 st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
                 st.hasher.extend(st.num_tokens)
             states.append(st)
+        if isinstance(self.mgr, ContiguousManager):
+            self.mgr.screen(states)
         key = (lambda s: (s.req.arrival_ps, s.index)) if self.timed else (lambda s: (s.req.arrival_step, s.index))
         self.pending = sorted(states, key=key)
         self.states = states
@@ -207,7 +224,7 @@ class _Sim:
                     prefill += num
                 budget -= num
                 i += 1
-            ext_now = 0  # free units that could not hold the head (none in a paged pool)
+            ext_now = 0  # contiguous: free slots that could not hold the head's region
             if not preempted:
                 while budget > 0 and waiting and len(running) < max_seqs:
                     r = waiting[0]
@@ -416,6 +433,9 @@ class _Sim:
             **({f: getattr(memory, f) for f in Shares.__slots__} if memory is not None else {}))
 
     def _allocator_name(self) -> str:
+        alloc = self.inputs.allocator
+        if alloc is not None and not alloc.paged:
+            return alloc.name
         return f"paged-{min(g.block_size for g in self.inputs.layout.groups)}"
 
     def _notes(self, memory: Shares | None) -> tuple[str, ...]:

@@ -2,8 +2,10 @@
 simulation limits read, what every table prints), and one JSON document (``kvplan simulate --json``; its keys are a
 contract: docs/workloads.md).
 
-A vllm-v1 run has one row, vLLM's paged pool (``paged-<block size>``), and its own extras beside it: steps, the
-pool's usage, prefix-cache hits, the CPU tier, latency in steps and the turns of conversations.
+A vllm-v1 run has one row, its allocator's (vLLM's paged pool, ``paged-<block size>``, or a contiguous allocator under
+the same scheduler), with the pool's shares as kvplan.core.sim.v1.shares defines them (None where not measured: Mamba
+groups), and its own extras beside it: steps, the pool's usage, prefix-cache hits, the CPU tier, latency in steps and
+the turns of conversations.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ def _v1_row(run: SimulationRun) -> AllocatorRow:
     last = last_arrival_s(run) or 0.0
     queued = [q.queue_s for q in r.per_request if q.queue_s is not None]
     return AllocatorRow(
-        allocator=f"paged-{v.block_size}", token_states_frac=None, reserved_frac=None, internal_frag_frac=None,
-        external_frag_frac=None, free_frac=None, mean_batch_size=r.mean_running, peak_batch_size=r.peak_running,
+        allocator=r.allocator or f"paged-{v.block_size}", token_states_frac=r.token_states_frac,
+        reserved_frac=r.reserved_frac, internal_frag_frac=r.internal_frag_frac, external_frag_frac=r.external_frag_frac,
+        free_frac=r.free_frac, mean_batch_size=r.mean_running, peak_batch_size=r.peak_running,
         preemptions=r.preemptions, completed=v.user_requests - v.rejected, rejected=v.rejected,
         rejected_reasons={"prompt_exceeds_max_model_len": v.rejected} if v.rejected else {},
         makespan_steps=r.schedule_calls, makespan_seconds=r.seconds, generated_tokens=r.generated_tokens,

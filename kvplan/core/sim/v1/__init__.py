@@ -1,8 +1,10 @@
 """An exact, step-by-step simulator of vLLM v1's scheduler and KV cache manager (0.33.0 rules).
 
-``inputs.py`` what is simulated (scheduler settings, KV cache groups, requests as segments, CPU tier);
-``pool.py`` the block pool; ``hashing.py`` block hashes from segments; ``manager.py`` the KV cache manager
-and its groups; ``offload.py`` the CPU tier; ``scheduler.py`` the step loop; ``result.py`` what it reports.
+``inputs.py`` what is simulated (scheduler settings, KV cache groups, requests as segments, CPU tier, the
+allocator); ``pool.py`` the block pool; ``hashing.py`` block hashes from segments; ``state.py`` a request's state;
+``manager.py`` the KV cache manager and its groups; ``contiguous.py`` contiguous allocators behind the same
+interface; ``offload.py`` the CPU tier; ``scheduler.py`` the step loop; ``shares.py`` where the pool's memory
+goes; ``result.py`` what it reports.
 Checked against vLLM's own scheduler by tests/core/sim/test_vllm_reference.py.
 """
 

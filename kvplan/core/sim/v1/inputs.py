@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from kvplan.core.engines.base import cdiv
 from kvplan.core.engines.vllm.scheduler_rules import SchedulerRules, newest
-from kvplan.core.sim.model import StepModel
+from kvplan.core.sim.model import AllocatorSpec, StepModel
 from kvplan.core.spec import LayerKind
 from kvplan.errors import InputError
 
@@ -140,6 +140,9 @@ class V1Inputs:
     offload: OffloadConfig | None = None
     step_model: StepModel | None = None  # seconds per step (kvplan.core.sim.model.StepModel)
     notes: tuple[str, ...] = field(default=())
+    # None: vLLM's paged pool; a contiguous AllocatorSpec (kvplan.core.sim.model.allocator_spec) runs the same
+    # scheduler over one region per request (kvplan.core.sim.v1.contiguous)
+    allocator: AllocatorSpec | None = None
 
 
 def group_from_bucket(kind: LayerKind, *, block_size: int, window: int, state_blocks: int, num_layers: int,

@@ -25,81 +25,14 @@ Not modelled: Mamba "align" mode (prefix caching on hybrid linear models), parti
 
 from __future__ import annotations
 
+from math import lcm
+
 from kvplan.core.engines.vllm.scheduler_rules import FreeOrder, WindowCap
-from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
 from kvplan.core.sim.v1.pool import BlockPool
+from kvplan.core.sim.v1.shares import Books
+from kvplan.core.sim.v1.state import ReqState
 from kvplan.errors import InputError
-
-
-class ReqState:
-    """A request inside the simulator: token counts, block tables per group, statistics."""
-
-    __slots__ = (
-        "arrival_ps",
-        "arrival_step",
-        "blocks",
-        "cached_tokens",
-        "cap_tokens",
-        "cpu_tokens",
-        "finish_ps",
-        "finish_step",
-        "first_scheduled_ps",
-        "first_scheduled_step",
-        "first_token_ps",
-        "first_token_step",
-        "generated",
-        "hasher",
-        "in_flight",
-        "index",
-        "max_tokens",
-        "ncached",
-        "next_free_at",
-        "next_store_chunk",
-        "num_computed",
-        "num_preemptions",
-        "num_tokens",
-        "placeholders",
-        "prompt_len",
-        "req",
-        "stale",
-        "tracked",
-    )
-
-    def __init__(self, index: int, req, num_groups: int) -> None:
-        self.index = index
-        self.req = req
-        self.prompt_len = req.prompt_len
-        self.num_tokens = self.prompt_len
-        self.max_tokens = req.output[1]
-        self.generated = 0
-        self.num_computed = 0
-        self.blocks: list[list[int]] = [[] for _ in range(num_groups)]
-        self.ncached = [0] * num_groups
-        self.tracked = False  # vLLM: request id in num_cached_block (admitted, blocks held)
-        self.hasher: BlockHasher | None = None
-        self.num_preemptions = 0
-        self.arrival_step = -1
-        self.arrival_ps = 0
-        self.first_scheduled_step = -1
-        self.first_token_step = -1
-        self.finish_step = -1
-        self.cached_tokens = 0
-        self.cpu_tokens = 0
-        self.first_scheduled_ps = 0
-        self.first_token_ps = 0
-        self.finish_ps = 0
-        self.next_store_chunk = 0
-        # Fast path of a running request's allocation: the tokens its blocks hold in every group, and the
-        # computed count at which a sliding/chunked group next frees a block (both kept by KVCacheManager).
-        self.cap_tokens = 0
-        self.next_free_at = 0
-        # Async scheduling (vllm/v1/request.py): tokens scheduled in a batch whose output is not yet
-        # processed; tokens being sampled in flight (num_output_placeholders); in-flight tokens of a
-        # preempted request whose output is stale (num_stale_output_tokens).
-        self.in_flight = 0
-        self.placeholders = 0
-        self.stale = 0
 
 
 class SpecGroup:
@@ -121,6 +54,7 @@ class KVCacheManager:
         self.caching = sched.enable_prefix_caching
         self.pool = BlockPool(layout.num_blocks, self.caching, len(layout.groups))
         self.mml = sched.max_model_len
+        self._init_books(layout)
         rules = sched.rules
         # vllm/config/vllm.py::VllmConfig.max_in_flight_tokens: a budget per batch in flight (two with async
         # scheduling: max_concurrent_batches); one batch's budget before 0.26.0
@@ -154,6 +88,20 @@ class KVCacheManager:
             specs = [SpecGroup(k, b, w, ids) for (k, b, w), ids in by_spec.items()]
             specs.sort(key=lambda s: s.kind != FULL)  # full attention first (stable)
             self.spec_groups = specs
+
+    def _init_books(self, layout: CacheLayout) -> None:
+        """The memory books (kvplan.core.sim.v1.shares): a pool block is ``unit`` units, a slot of a group of block
+        size B unit / B; ``entries``: the table entries (null ones included) in token-slot groups of the requests
+        holding blocks; ``internal``: their units no token will fill. A Mamba group's state is not token slots:
+        such a pool is not measured."""
+        sizes = [b for b, k in zip(self.sizes, self.kinds) if k != MAMBA]
+        unit = lcm(*sizes) if sizes else 1
+        self.units = [unit // b if k != MAMBA else 0 for b, k in zip(self.sizes, self.kinds)]
+        # the null block is never handed out: the pool is num_blocks - 1 blocks, what pool.num_free counts
+        self.books = Books(unit=unit, weight=sum(self.units), pool_units=(layout.num_blocks - 1) * unit,
+                           capacity=layout.num_blocks - 1, measured=MAMBA not in self.kinds)
+        self.entries = self.internal = 0
+        self.ext = 0  # external fragmentation: none in a paged pool
 
     # -- per-kind rules ---------------------------------------------------------------------------
     def skipped_tokens(self, gi: int, n: int) -> int:
@@ -334,6 +282,7 @@ class KVCacheManager:
         if not r.tracked and (hit_len or ext or (hits and any(hits))):
             self._adopt(r, hits, hit_len, ext)
         cap = 1 << 62
+        grew = not r.tracked  # its memory books start at admission
         for gi in range(len(self.groups)):
             blocks = r.blocks[gi]
             new = self.required(gi, need_slot) - len(blocks)
@@ -341,13 +290,34 @@ class KVCacheManager:
                 if self.always_capped and new > pool.num_free:
                     self._short(r, new)
                 blocks += pool.get_new(new)
+                grew = True
             if self.kinds[gi] != MAMBA and len(blocks) * self.sizes[gi] < cap:
                 cap = len(blocks) * self.sizes[gi]
         r.cap_tokens = cap
+        # its books change when its table grows, or when it computes past its last token (0.11.0's async scheduler)
+        if grew or need_slot >= r.prompt_len + r.max_tokens:
+            self._book(r, need_slot)
         r.tracked = True
         if self.caching:
             self.cache_blocks(r, min(total + num_new, r.num_tokens))
         return True
+
+    def _book(self, r: ReqState, computed: int) -> None:
+        """r's table entries and internal fragmentation in the memory books, once it has computed ``computed``
+        tokens: past the tokens it will ever compute (the last sampled token's KV is never written; 0.11.0's async
+        scheduler computes it, SchedulerRules.async_skip_last_in_flight), in a table that reached its last block."""
+        final = min(r.prompt_len + r.max_tokens, self.mml) - 1
+        fill = max(computed, final)
+        entries = internal = 0
+        for gi, unit in enumerate(self.units):
+            if unit:  # a token-slot group
+                slots = len(r.blocks[gi]) * self.sizes[gi]
+                entries += len(r.blocks[gi])
+                if slots >= final:
+                    internal += unit * (slots - fill)
+        self.entries += entries - r.entries
+        self.internal += internal - r.internal
+        r.entries, r.internal = entries, internal
 
     def _short(self, r: ReqState, new: int) -> None:
         """0.20.0-0.20.1 count sliding/chunked groups at the admission cap, yet allocate_new_blocks takes every
@@ -404,11 +374,38 @@ class KVCacheManager:
                 self.pool.free(blocks, self.finished_unhashed_first[gi])
             r.blocks[gi] = []
             r.ncached[gi] = 0
+        self.entries -= r.entries
+        self.internal -= r.internal
+        r.entries = r.internal = 0
         r.tracked = False
         r.cap_tokens = r.next_free_at = 0
 
-    def blocks_for_prompt(self, r: ReqState) -> int:
-        """Blocks the admission gate asks of an empty pool for r (for error messages)."""
+    def cannot_admit(self, r: ReqState) -> str:
+        """Why r, at the head of the queue with nothing running, cannot be admitted (an error message)."""
         caps = self.caps if self.gate_capped else [None] * len(self.groups)
-        return sum(min(self.required(gi, min(r.num_tokens, self.mml)), caps[gi] or 1 << 62)
+        need = sum(min(self.required(gi, min(r.num_tokens, self.mml)), caps[gi] or 1 << 62)
                    for gi in range(len(self.groups)))
+        return (f"request {r.req.id} ({r.num_tokens} tokens) can never be admitted: it needs {need} blocks and the "
+                f"pool has {self.pool.num_blocks - 1}; give the pool more blocks or shorten the prompt")
+
+    def check(self, running: list[ReqState], waiting) -> None:
+        """Every block held is accounted for by reference counts; free blocks are held by nobody; the null block is
+        never held; the memory books are the running requests' tables."""
+        pool = self.pool
+        counts = [0] * pool.num_blocks
+        for r in running:
+            for blocks in r.blocks:
+                for b in blocks:
+                    counts[b] += 1
+        for r in waiting:
+            assert not any(r.blocks), "a waiting request holds blocks"
+        assert counts[1:] == pool.ref[1:], "reference counts drifted"  # block 0: null entries in tables
+        free = set(pool.plain) | set(pool.cached_free)
+        assert 0 not in free, "the null block was freed"
+        assert len(free) == pool.num_free, "a block is in the free queue twice"
+        for b in free:
+            assert pool.ref[b] == 0, f"free block {b} is held"
+        held = sum(1 for b in range(1, pool.num_blocks) if pool.ref[b] > 0)
+        assert held + pool.num_free == pool.num_blocks - 1, "blocks lost"
+        tables = sum(len(r.blocks[gi]) for r in running for gi, k in enumerate(self.kinds) if k != MAMBA)
+        assert self.entries == tables, "the table entries' books drifted"

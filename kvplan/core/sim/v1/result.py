@@ -81,6 +81,16 @@ class V1Result:
     busy_seconds: float | None = None  # over steps that scheduled something
     throughput_tokens_per_s: float | None = None  # generated tokens per busy second
     notes: tuple[str, ...] = ()
+    allocator: str = ""  # paged-<block size> (vLLM's pool) or contiguous-<reservation>
+    # the pool's shares averaged over the counted steps (kvplan.core.sim.v1.shares; None: not measured)
+    token_states_frac: float | None = None
+    reserved_frac: float | None = None
+    internal_frag_frac: float | None = None
+    external_frag_frac: float | None = None
+    free_frac: float | None = None
+    # about timeline_points samples: (step, clock ps at its start (0 without a step model), token, reserved,
+    # internal, external, free units of the pool)
+    timeline: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
 
     def metrics(self) -> dict[str, float | int]:
         """The fixture's ``metrics`` block."""

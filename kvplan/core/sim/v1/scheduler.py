@@ -22,28 +22,50 @@ last token is in flight is skipped; each batch's output is processed after the n
 flight (stale); sliding windows free on the processed tokens (KVCacheManager.allocate_slots).
 Earlier releases (SchedulerConfig.rules): the threshold caps a request alone too before 0.31.0; async
 scheduling schedules one more decode for a request whose last token is in flight in 0.11.0.
+The KV cache manager is vLLM's paged one, or with V1Inputs.allocator a contiguous allocator behind the same
+interface (contiguous.py): the loop is the same. Each counted step adds the pool's memory books to their sums
+(shares.py: O(1) a step, no walk over the running requests).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import V1Inputs
-from kvplan.core.sim.v1.manager import KVCacheManager, ReqState
+from kvplan.core.sim.v1.manager import KVCacheManager
 from kvplan.core.sim.v1.offload import CPUTier
 from kvplan.core.sim.v1.result import RequestRecord, TierStats, V1Result, percentiles
+from kvplan.core.sim.v1.shares import Shares, TimelinePoint, shares, split, thin, timeline_every
+from kvplan.core.sim.v1.state import ReqState
 from kvplan.errors import InputError
 
 MAX_IDLE_STEPS = 1 << 40
 
 
-def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True) -> V1Result:
+def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True,
+                timeline_points: int = 0) -> V1Result:
     """Run every request to completion; ``check_invariants`` verifies the pool's books every step;
-    ``fast_path=False`` calls allocate_slots for every scheduled request (the tests check both agree)."""
+    ``fast_path=False`` calls allocate_slots for every scheduled request (the tests check both agree);
+    ``timeline_points``: about that many samples of the pool's split (V1Result.timeline), 0 for none."""
     sim = _Sim(inputs, check_invariants)
     sim.fast = fast_path
+    sim.timeline_points = timeline_points
     return sim.run()
+
+
+def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
+    """vLLM's paged pool (V1Inputs.allocator None or paged) or a contiguous allocator over the same memory."""
+    alloc, layout = inputs.allocator, inputs.layout
+    if alloc is None or alloc.paged:
+        sizes = {g.block_size for g in layout.groups}
+        if alloc is not None and sizes != {alloc.block_size}:
+            raise InputError(f"{alloc.name}: the pool's KV cache groups have blocks of {sorted(sizes)} tokens; the "
+                             "paged pool simulated is vLLM's own (plan it with that block size, or leave the "
+                             "allocator out)")
+        return KVCacheManager(layout, inputs.scheduler)
+    return ContiguousManager(layout, inputs.scheduler, alloc, offload=inputs.offload is not None)
 
 
 class _Sim:
@@ -51,7 +73,7 @@ class _Sim:
         self.inputs = inputs
         cfg = inputs.scheduler
         self.cfg = cfg
-        self.mgr = KVCacheManager(inputs.layout, cfg)
+        self.mgr = _manager(inputs)
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
         self.check = check
         ng = len(inputs.layout.groups)
@@ -74,6 +96,8 @@ class _Sim:
                 st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
                 st.hasher.extend(st.num_tokens)
             states.append(st)
+        if isinstance(self.mgr, ContiguousManager):
+            self.mgr.screen(states)
         key = (lambda s: (s.req.arrival_ps, s.index)) if self.timed else (lambda s: (s.req.arrival_step, s.index))
         self.pending = sorted(states, key=key)
         self.states = states
@@ -81,6 +105,8 @@ class _Sim:
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> V1Result:
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
+        books = mgr.books
+        capacity = books.capacity  # what pool.num_free counts: usage = 1 - free / capacity (BlockPool.usage)
         caching = cfg.enable_prefix_caching
         hash_block = mgr.hash_block
         async_ = cfg.async_scheduling
@@ -108,6 +134,13 @@ class _Sim:
         ps_waiting: list[int] = []
         ps_start: list[int] = []
         gpu_hit = cpu_hit = recomputed = 0
+        # memory books (kvplan.core.sim.v1.shares): the computed tokens of the requests holding memory, and the
+        # sums over counted steps of the free blocks (slots), table entries, computed tokens, internal and
+        # external fragmentation
+        held_c = sum_free = sum_entries = sum_c = sum_int = sum_ext = 0
+        points = self.timeline_points
+        timeline: list[TimelinePoint] = []
+        tl_every = timeline_every(points, n_pending, sum(r.max_tokens for r in pending) if points else 0, max_seqs)
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
         in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
@@ -163,6 +196,7 @@ class _Sim:
                 while not ok:
                     victim = running.pop()
                     mgr.free(victim)
+                    held_c -= victim.num_computed
                     victim.num_computed = 0
                     victim.num_preemptions += 1
                     victim.next_store_chunk = 0
@@ -190,6 +224,7 @@ class _Sim:
                     prefill += num
                 budget -= num
                 i += 1
+            ext_now = 0  # contiguous: free slots that could not hold the head's region
             if not preempted:
                 while budget > 0 and waiting and len(running) < max_seqs:
                     r = waiting[0]
@@ -203,10 +238,12 @@ class _Sim:
                         num = lpt
                     num = min(num, budget)
                     if not mgr.allocate_slots(r, num, hits, hit_len, ext, admitting=True, has_running=bool(running)):
+                        ext_now = mgr.ext
                         break
                     waiting.popleft()
                     running.append(r)
                     r.num_computed = end = computed + num
+                    held_c += computed  # and its scheduled tokens, in the step's total
                     samples = end >= r.num_tokens
                     if async_:
                         r.in_flight += num
@@ -230,11 +267,21 @@ class _Sim:
             total = budget0 - budget
             if total:
                 steps += 1
+                held_c += total
                 nr = len(running)
                 run_sum += nr
                 peak = max(peak, nr)
-                u = pool.usage()
+                nf = pool.num_free
+                u = 1.0 - nf / capacity
                 usage_sum += u
+                sum_free += nf
+                sum_entries += mgr.entries
+                sum_c += held_c
+                sum_int += mgr.internal
+                sum_ext += ext_now
+                if tl_every and steps % tl_every == 0:
+                    timeline.append((s, clock, *split(books, 1, nf, mgr.entries, held_c, mgr.internal, ext_now)))
+                    tl_every = thin(timeline, points, tl_every)
                 ps_running.append(nr)
                 ps_usage.append(round(u * 1000))
                 ps_tokens.append(total)
@@ -246,7 +293,8 @@ class _Sim:
                     end = min(r.num_computed, r.prompt_len)
                     r.next_store_chunk = cpu.store(r.hasher.keys, r.next_store_chunk, end)  # type: ignore[union-attr]
             if self.check:
-                self._check(running, waiting)
+                self._check(running, waiting, held_c, budget,
+                            split(books, 1, pool.num_free, mgr.entries, held_c, mgr.internal, ext_now) if total else None)
             duration = 0
             if step_model is not None and total:
                 duration = step_model.duration(kv_tokens, prefill) + (cpu.take_load_ps() if cpu else 0)
@@ -257,9 +305,7 @@ class _Sim:
             s += 1
             if not total and not running and waiting and not preempted:
                 head = waiting[0]
-                raise InputError(f"request {head.req.id} ({head.num_tokens} tokens) can never be admitted: it needs "
-                                 f"{mgr.blocks_for_prompt(head)} blocks and the pool has {pool.num_blocks - 1}; "
-                                 "give the pool more blocks or shorten the prompt")
+                raise InputError(mgr.cannot_admit(head))
             if async_:
                 # v1/engine/core.py::EngineCore.step_with_batch_queue (two batches): with none in flight,
                 # schedule the next batch before waiting for this one's output
@@ -299,6 +345,7 @@ class _Sim:
                     r.finish_step = at
                     r.finish_ps = end_clock
                     mgr.free(r)
+                    held_c -= r.num_computed
                     completed += 1
                     if finished is None:
                         finished = set()
@@ -309,8 +356,10 @@ class _Sim:
                     waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
+        memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
-                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start)
+                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
+                            memory, tuple(timeline))
 
     def _outgrows(self, r: ReqState) -> None:
         """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
@@ -321,30 +370,21 @@ class _Sim:
                          "gate before 0.19.0) would preempt and recompute it forever; give the pool more blocks or "
                          "shorten the request")
 
-    def _check(self, running: list[ReqState], waiting: deque[ReqState]) -> None:
-        """Every block held is accounted for by reference counts; free blocks are held by nobody; the null
-        block is never held; no request is in two queues."""
-        pool = self.mgr.pool
-        counts = [0] * pool.num_blocks
-        for r in running:
-            for blocks in r.blocks:
-                for b in blocks:
-                    counts[b] += 1
-        for r in waiting:
-            assert not any(r.blocks), "a waiting request holds blocks"
-        assert counts[1:] == pool.ref[1:], "reference counts drifted"  # block 0: null entries in tables
-        free = set(pool.plain) | set(pool.cached_free)
-        assert 0 not in free, "the null block was freed"
-        assert len(free) == pool.num_free, "a block is in the free queue twice"
-        for b in free:
-            assert pool.ref[b] == 0, f"free block {b} is held"
-        held = sum(1 for b in range(1, pool.num_blocks) if pool.ref[b] > 0)
-        assert held + pool.num_free == pool.num_blocks - 1, "blocks lost"
+    def _check(self, running: list[ReqState], waiting: deque[ReqState], computed: int, budget: int,
+               books: tuple[int, int, int, int, int] | None) -> None:
+        """The pool's books (the manager's ``check``); no request is in two queues; the computed tokens the
+        memory books keep are those of the requests holding memory. ``books``: this step's split of the pool
+        (kvplan.core.sim.v1.shares.split; None at a step that scheduled nothing) and ``budget`` the token budget
+        the step left, which the tests recount from."""
+        self.mgr.check(running, waiting)
         assert len({r.index for r in running}) == len(running)
         assert not ({r.index for r in running} & {r.index for r in waiting}), "a request is running and waiting"
+        assert computed == sum(r.num_computed for r in running), "the computed tokens' books drifted"
+        assert books is None or min(books) >= 0, f"a negative share: {books}"
 
     def _result(self, steps, run_sum, peak, preemptions, usage_sum, completed, generated, calls, clock, busy_ps,
-                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start) -> V1Result:
+                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
+                memory: Shares | None, timeline: tuple[TimelinePoint, ...]) -> V1Result:
         states = self.states
         timed = self.inputs.step_model is not None
         records = []
@@ -388,4 +428,18 @@ class _Sim:
             queue_steps=percentiles(q_steps), ttft_steps=percentiles(t_steps), e2e_steps=percentiles(e_steps),
             queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
             e2e_s=percentiles(e_s) if timed else None, seconds=clock / 1e12 if timed else None, busy_seconds=busy,
-            throughput_tokens_per_s=generated / busy if busy else None, notes=self.inputs.notes)
+            throughput_tokens_per_s=generated / busy if busy else None, notes=self.inputs.notes + self._notes(memory),
+            allocator=self._allocator_name(), timeline=timeline,
+            **({f: getattr(memory, f) for f in Shares.__slots__} if memory is not None else {}))
+
+    def _allocator_name(self) -> str:
+        alloc = self.inputs.allocator
+        if alloc is not None and not alloc.paged:
+            return alloc.name
+        return f"paged-{min(g.block_size for g in self.inputs.layout.groups)}"
+
+    def _notes(self, memory: Shares | None) -> tuple[str, ...]:
+        if memory is None and not self.mgr.books.measured:
+            return (("memory shares not measured: a Mamba/linear-attention group holds a per-sequence state, not "
+                     "token slots"),)
+        return ()

@@ -1,0 +1,82 @@
+"""A request inside the v1 simulator: its token counts, block tables per group and statistics, as one object with
+slots (the scheduler's loop reads and writes them every step)."""
+
+from __future__ import annotations
+
+from kvplan.core.sim.v1.hashing import BlockHasher
+
+
+class ReqState:
+    """A request inside the simulator: token counts, block tables per group, statistics."""
+
+    __slots__ = (
+        "arrival_ps",
+        "arrival_step",
+        "blocks",
+        "cached_tokens",
+        "cap_tokens",
+        "cpu_tokens",
+        "entries",
+        "finish_ps",
+        "finish_step",
+        "first_scheduled_ps",
+        "first_scheduled_step",
+        "first_token_ps",
+        "first_token_step",
+        "generated",
+        "hasher",
+        "in_flight",
+        "index",
+        "internal",
+        "max_tokens",
+        "ncached",
+        "next_free_at",
+        "next_store_chunk",
+        "num_computed",
+        "num_preemptions",
+        "num_tokens",
+        "placeholders",
+        "prompt_len",
+        "req",
+        "stale",
+        "tracked",
+    )
+
+    def __init__(self, index: int, req, num_groups: int) -> None:
+        self.index = index
+        self.req = req
+        self.prompt_len = req.prompt_len
+        self.num_tokens = self.prompt_len
+        self.max_tokens = req.output[1]
+        self.generated = 0
+        self.num_computed = 0
+        self.blocks: list[list[int]] = [[] for _ in range(num_groups)]
+        self.ncached = [0] * num_groups
+        self.tracked = False  # vLLM: request id in num_cached_block (admitted, blocks held)
+        self.hasher: BlockHasher | None = None
+        self.num_preemptions = 0
+        self.arrival_step = -1
+        self.arrival_ps = 0
+        self.first_scheduled_step = -1
+        self.first_token_step = -1
+        self.finish_step = -1
+        self.cached_tokens = 0
+        self.cpu_tokens = 0
+        self.first_scheduled_ps = 0
+        self.first_token_ps = 0
+        self.finish_ps = 0
+        self.next_store_chunk = 0
+        # Fast path of a running request's allocation: the tokens its blocks hold in every group, and the
+        # computed count at which a sliding/chunked group next frees a block (both kept by KVCacheManager).
+        self.cap_tokens = 0
+        self.next_free_at = 0
+        # Async scheduling (vllm/v1/request.py): tokens scheduled in a batch whose output is not yet
+        # processed; tokens being sampled in flight (num_output_placeholders); in-flight tokens of a
+        # preempted request whose output is stale (num_stale_output_tokens).
+        self.in_flight = 0
+        self.placeholders = 0
+        self.stale = 0
+        # Memory books (KVCacheManager.entries / internal): its table entries in token-slot groups, and its
+        # internal fragmentation in pool units
+        self.entries = 0
+        self.internal = 0

@@ -185,7 +185,7 @@ def _v1_checks(wf: WorkloadFile, path: Path, serving: Serving) -> None:
 
 
 def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: RequestArrays | None,
-            notes: list[str], why: str) -> V1Run:
+            notes: list[str], why: str, allocators: list[str] | None = None, placement: str | None = None) -> V1Run:
     """The scheduler (the release's rules), the pool's cache groups (the pool ``plan_pool`` planned) and the requests
     as segments."""
     from kvplan.core.engines.vllm.scheduler_rules import scheduler_notes
@@ -215,16 +215,40 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
                           "to simulate")
     if sch.preemption != "recompute":
         notes.append("vLLM v1 preempts by recompute only: scheduler.preemption swap is not used")
-    if any(not a.startswith("paged") for a in wf.allocators) and "allocators" in wf.model_fields_set:
-        notes.append("vllm-v1 simulates vLLM's paged pool only: the contiguous allocators are not run "
-                     "(scheduler.model: event compares them, without chunked prefill or per-group pools)")
     block = min(g.block_size for g in layout.groups)
     notes.append(f"simulator: vllm-v1 ({why}); pool: {layout.num_blocks:,} blocks of {block} tokens in "
                  f"{len(layout.groups)} KV cache group(s), from vLLM {choice.version}'s plan as `kvplan fit`")
     inputs = V1Inputs(requests=tuple(requests), scheduler=scheduler, layout=layout, offload=offload,
                       step_model=step_model(wf, path, serving, pool, notes), notes=tuple(notes))
-    return V1Run(inputs=inputs, block_size=block, session_turns=tuple(gen.turn_links), rejected=gen.rejected,
-                 user_requests=gen.user_requests or len(requests) + gen.rejected)
+    runs = _v1_allocators(wf, path, inputs, block, allocators, placement, notes)
+    return V1Run(inputs=runs[0], others=runs[1:], block_size=block, session_turns=tuple(gen.turn_links),
+                 rejected=gen.rejected, user_requests=gen.user_requests or len(requests) + gen.rejected)
+
+
+def _v1_allocators(wf: WorkloadFile, path: Path, inputs: V1Inputs, block: int, allocators: list[str] | None,
+                   placement: str | None, notes: list[str]) -> tuple[V1Inputs, ...]:
+    """One run per allocator, vLLM's paged pool first: the allocators --allocator or the file names (the file's
+    default list is the event engine's comparison; without one named, vLLM's pool alone). A contiguous allocator
+    runs the same requests under the same scheduler, without prefix caching (a region cannot share a prefix)."""
+    import dataclasses
+
+    names = allocators or (list(wf.allocators) if "allocators" in wf.model_fields_set else [f"paged-{block}"])
+    specs = list({a.name: a for a in (allocator_spec(n, placement=placement or wf.placement) for n in names)}.values())
+    wrong = [a.name for a in specs if a.paged and a.block_size != block]
+    if wrong:
+        raise ConfigError(f"{path}: vLLM plans blocks of {block} tokens for this model, so its pool is paged-{block} "
+                          f"(not {', '.join(wrong)}); name paged-{block}, or run other block sizes with "
+                          "--scheduler-model event")
+    contiguous = [a for a in specs if not a.paged]
+    if contiguous and inputs.scheduler.enable_prefix_caching:
+        notes.append("contiguous regions cannot share a prefix: the contiguous allocators run without prefix "
+                     "caching (vLLM's paged pool with it)")
+    if contiguous and inputs.offload is not None:
+        raise ConfigError(f"{path}: the CPU offload tier moves vLLM's blocks; the contiguous allocators have none: "
+                          "drop them from allocators or drop offload")
+    plain = dataclasses.replace(inputs.scheduler, enable_prefix_caching=False)
+    return tuple(inputs if a.paged else dataclasses.replace(inputs, scheduler=plain, allocator=a, notes=tuple(notes))
+                 for a in sorted(specs, key=lambda a: not a.paged))
 
 
 def _offload(wf: WorkloadFile) -> OffloadConfig | None:

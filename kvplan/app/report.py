@@ -15,6 +15,7 @@ from typing import Any
 
 from kvplan.app.simulation import SimulationRun
 from kvplan.core.sim.stats import Percentiles
+from kvplan.core.sim.v1 import V1Result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,7 @@ class AllocatorRow:
 
 def allocator_rows(run: SimulationRun) -> list[AllocatorRow]:
     if run.v1 is not None:
-        return [_v1_row(run)]
+        return [_v1_row(run, r) for r in (run.v1, *run.v1_others)]
     return [AllocatorRow(
         allocator=r.allocator, token_states_frac=r.token_states_frac, reserved_frac=r.reserved_frac,
         internal_frag_frac=r.internal_frag_frac, external_frag_frac=r.external_frag_frac, free_frac=r.free_frac,
@@ -70,8 +71,9 @@ def last_arrival_s(run: SimulationRun) -> float | None:
     return max(arrivals) / 1e12 if arrivals else None
 
 
-def _v1_row(run: SimulationRun) -> AllocatorRow:
-    v, r = run.plan.v1, run.v1
+def _v1_row(run: SimulationRun, r: V1Result | None = None) -> AllocatorRow:
+    """The row of one vllm-v1 run (``r``; None: vLLM's paged pool, the plan's first run)."""
+    v, r = run.plan.v1, r if r is not None else run.v1
     assert v is not None and r is not None
     last = last_arrival_s(run) or 0.0
     queued = [q.queue_s for q in r.per_request if q.queue_s is not None]
@@ -122,8 +124,14 @@ def simulation_json(run: SimulationRun) -> dict[str, Any]:
     doc["allocators"] = {row.allocator: row_json(row) for row in allocator_rows(run)}
     if run.v1 is not None:
         doc.update(_v1_extras(run))
-    doc["notes"] = list(plan.notes)
+    doc["notes"] = run_notes(run)
     return doc
+
+
+def run_notes(run: SimulationRun) -> list[str]:
+    """The plan's notes, and what the runs themselves said (a simulator that measures no memory shares, ...)."""
+    said = [n for r in (run.v1, *run.v1_others) if r is not None for n in r.notes]
+    return [*run.plan.notes, *dict.fromkeys(n for n in said if n not in run.plan.notes)]
 
 
 def _v1_extras(run: SimulationRun) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def plan_simulation(path: Path, *, engine: str | None = None, simulator: str | N
     pool = plan_pool(wf, path, serving, notes, wanted=wanted)
     base = dict(name=wf.name or path.stem, origin=str(path), reason=why, engine=serving.engine)
     if wanted == V1:
-        v1 = plan_v1(wf, path, serving, pool, plain, notes, why)
+        v1 = plan_v1(wf, path, serving, pool, plain, notes, why, allocators, placement)
         return SimulationPlan(**base, simulator=V1, pool=pool, notes=tuple(notes), v1=v1)
     notes.append(f"simulator: event ({why})")
     notes.extend(_scheduler_note(serving.engine.name))
@@ -55,10 +55,14 @@ def run_simulation(plan: SimulationPlan, *, progress: Callable[[int], None] | No
     if plan.v1 is not None:
         from kvplan.core.sim.v1 import simulate_v1
 
-        try:
-            return SimulationRun(plan=plan, v1=simulate_v1(plan.v1.inputs))
-        except KvplanError as exc:
-            raise type(exc)(f"{plan.origin}: {exc}") from None
+        results = []
+        for inputs in (plan.v1.inputs, *plan.v1.others):
+            try:
+                results.append(simulate_v1(inputs, timeline_points=timeline_points))
+            except KvplanError as exc:
+                who = f"{inputs.allocator.name}: " if inputs.allocator is not None else ""
+                raise type(exc)(f"{plan.origin}: {who}{exc}") from None
+        return SimulationRun(plan=plan, v1=results[0], v1_others=tuple(results[1:]))
     assert plan.event is not None
     from kvplan.app.parallel import run_allocators
 

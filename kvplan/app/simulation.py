@@ -49,7 +49,8 @@ class EventRun:
 
 @dataclass(frozen=True, kw_only=True)
 class V1Run:
-    inputs: V1Inputs
+    inputs: V1Inputs  # vLLM's paged pool (or the first allocator named)
+    others: tuple[V1Inputs, ...] = ()  # the same requests under the other allocators named (contiguous)
     block_size: int
     session_turns: tuple[tuple[int, int], ...] = ()  # (previous turn's request, this request)
     rejected: int = 0  # requests whose prompt reaches max_model_len (vLLM rejects them)
@@ -73,4 +74,5 @@ class SimulationPlan:
 class SimulationRun:
     plan: SimulationPlan
     event: tuple[SimResult, ...] = ()  # one per allocator, in the plan's order
-    v1: V1Result | None = None
+    v1: V1Result | None = None  # vLLM's paged pool (the plan's v1.inputs)
+    v1_others: tuple[V1Result, ...] = ()  # the plan's v1.others

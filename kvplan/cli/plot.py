@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvplan.core.sim.model import SimResult
-
 if TYPE_CHECKING:
+    from kvplan.app.report import AllocatorRow
     from kvplan.app.simulation import SimulationRun
     from kvplan.core.sim.v1 import V1Result
 
@@ -20,13 +19,21 @@ _PARTS = (("token states", "#2e7d32"), ("reserved", "#f9a825"), ("internal frag"
 
 
 def plot_run(run: SimulationRun, path: Path, *, last_arrival_s: float | None) -> None:
-    if run.v1 is not None:
-        plot_v1(run.v1, path, title=run.plan.name, last_arrival_s=last_arrival_s)
+    """The pool's split over time per allocator, whichever simulator ran; a vllm-v1 run whose pool is not split
+    into token slots (Mamba state) shows vLLM's usage and the requests running and waiting instead."""
+    from kvplan.app.report import allocator_rows
+
+    rows = allocator_rows(run)
+    results = list(run.event) if run.v1 is None else [run.v1, *run.v1_others]
+    if all(r.token_states_frac is not None for r in rows):
+        plot_shares(rows, [r.timeline for r in results], path, title=run.plan.name, last_arrival_s=last_arrival_s)
     else:
-        plot_simulation(list(run.event), path, title=run.plan.name, last_arrival_s=last_arrival_s)
+        assert run.v1 is not None
+        plot_v1(run.v1, path, title=run.plan.name, last_arrival_s=last_arrival_s)
 
 
-def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_arrival_s: float | None = None) -> None:
+def plot_shares(rows: list[AllocatorRow], timelines: list[tuple], path: Path, *, title: str,
+                last_arrival_s: float | None = None) -> None:
     """One panel per allocator: the pool's shares over simulated seconds (the clock at each sampled
     step), every panel on the same seconds axis so that the allocators' makespans compare at a glance;
     a dashed line marks the last arrival (the drain follows). A last panel: the shares averaged over
@@ -36,31 +43,31 @@ def plot_simulation(results: list[SimResult], path: Path, *, title: str, last_ar
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = len(results)
+    n = len(rows)
     fig, axes = plt.subplots(n + 1, 1, figsize=(9, 2.2 * (n + 1)), constrained_layout=True)
-    end_s = max((r.timeline[-1][1] / 1e12 for r in results if r.timeline), default=0.0)
-    for ax, r in zip(axes[:-1], results):
-        if r.timeline:
-            seconds = [p[1] / 1e12 for p in r.timeline]
-            total = [sum(p[2:]) or 1 for p in r.timeline]
-            series = [[p[i] / t for p, t in zip(r.timeline, total)] for i in range(2, 7)]
+    end_s = max((t[-1][1] / 1e12 for t in timelines if t), default=0.0)
+    for ax, r, timeline in zip(axes[:-1], rows, timelines):
+        if timeline:
+            seconds = [p[1] / 1e12 for p in timeline]
+            total = [sum(p[2:]) or 1 for p in timeline]
+            series = [[p[i] / t for p, t in zip(timeline, total)] for i in range(2, 7)]
             ax.stackplot(seconds, *series, colors=[c for _, c in _PARTS], labels=[name for name, _ in _PARTS])
         if last_arrival_s is not None:
             ax.axvline(last_arrival_s, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(f"{r.allocator}: mean batch {r.mean_batch_size:.1f}, peak {r.peak_batch_size}, "
-                     f"{r.throughput_tokens_per_s:,.0f} tokens per busy second, done after {r.makespan_seconds:,.0f} s",
-                     fontsize=9)
+                     f"{r.throughput_tokens_per_s or 0:,.0f} tokens per busy second, done after "
+                     f"{r.makespan_seconds or 0:,.0f} s", fontsize=9)
         ax.set_ylabel("share of pool")
         ax.set_ylim(0, 1)
         ax.set_xlim(0, end_s or 1)
         ax.set_xlabel("simulated seconds" + (" (dashed: last arrival)" if last_arrival_s is not None else ""))
     axes[0].legend(loc="upper right", fontsize=7, ncol=5)
     bar = axes[-1]
-    names = [r.allocator for r in results]
+    names = [r.allocator for r in rows]
     left = [0.0] * n
     for (name, color), attr in zip(_PARTS, ("token_states_frac", "reserved_frac", "internal_frag_frac",
                                             "external_frag_frac", "free_frac")):
-        values = [getattr(r, attr) for r in results]
+        values = [getattr(r, attr) for r in rows]
         bar.barh(names, values, left=left, color=color, label=name)
         left = [a + b for a, b in zip(left, values)]
     bar.set_xlim(0, 1)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kvplan.app.report import AllocatorRow, allocator_rows, late_turns, simulation_json
+from kvplan.app.report import AllocatorRow, allocator_rows, late_turns, run_notes, simulation_json
 from kvplan.app.simulation import SimulationRun
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_table
 
@@ -23,7 +23,7 @@ def _secs(x: float | None) -> str:
 def print_run(run: SimulationRun) -> None:
     rows = allocator_rows(run)
     _header(run)
-    if run.v1 is None:
+    if any(r.token_states_frac is not None for r in rows):
         _memory(rows)
     _service(run, rows)
     _latency(rows)
@@ -57,7 +57,7 @@ def _header(run: SimulationRun) -> None:
     console.print(f"[bold]{plan.name}[/]: {count:,} requests, {what}, max_model_len {flag_value(limits[0])}, "
                   f"max_num_seqs {flag_value(limits[1])}, max_num_batched_tokens {flag_value(limits[2])}{tail}",
                   soft_wrap=False)
-    for note in plan.notes:
+    for note in run_notes(run):
         console.print(f"[yellow]note:[/] {note}")
 
 
@@ -72,26 +72,21 @@ def _memory(rows: list[AllocatorRow]) -> None:
 
 
 def _service(run: SimulationRun, rows: list[AllocatorRow]) -> None:
-    if run.v1 is not None:
-        r, doc = run.v1, simulation_json(run)
-        served = new_table("steps", "running", "peak", "preempt", "done", "KV use", "peak KV", "tok/s", numeric="*",
-                           title="What it serves (tok/s: generated tokens per busy second)")
-        served.add_row(f"{r.steps:,}", f"{r.mean_running:.1f}", str(r.peak_running), f"{r.preemptions:,}",
-                       f"{rows[0].completed:,}", f"{100 * r.mean_kv_usage:.1f}%", f"{100 * doc['peak_kv_usage']:.1f}%",
-                       f"{r.throughput_tokens_per_s:,.0f}" if r.throughput_tokens_per_s else "-")
-        print_table(console, served)
-        if r.busy_seconds is not None:
-            console.print(f"busy (something scheduled) / drain (after the last arrival): {r.busy_seconds:,.1f} s / "
-                          f"{rows[0].drain_seconds or 0:,.1f} s")
-        return
     service = new_table("allocator", "batch", "peak", "preempt", "done", "rejected", "tok/s", numeric="*",
                         no_wrap=("allocator",), title="What it serves (tok/s: generated tokens per busy second)")
     for row in rows:
         service.add_row(row.allocator, f"{row.mean_batch_size:.1f}", str(row.peak_batch_size), f"{row.preemptions:,}",
-                        f"{row.completed:,}", f"{row.rejected:,}", f"{row.throughput_tokens_per_s or 0:,.0f}")
+                        f"{row.completed:,}", f"{row.rejected:,}",
+                        f"{row.throughput_tokens_per_s:,.0f}" if row.throughput_tokens_per_s else "-")
     print_table(console, service)
-    console.print("busy (a request running) / drain (after the last arrival), seconds: "
-                  + ", ".join(f"{r.allocator} {r.busy_seconds or 0:,.1f} / {r.drain_seconds or 0:,.1f}" for r in rows))
+    if run.v1 is not None:
+        doc = simulation_json(run)
+        console.print(f"{rows[0].allocator}: {run.v1.steps:,} steps, KV cache usage {100 * run.v1.mean_kv_usage:.1f}% "
+                      f"(peak {100 * doc['peak_kv_usage']:.1f}%)")
+    busy = [(r.allocator, r.busy_seconds, r.drain_seconds) for r in rows if r.busy_seconds is not None]
+    if busy:
+        console.print("busy (a request running) / drain (after the last arrival), seconds: "
+                      + ", ".join(f"{a} {b:,.1f} / {d or 0:,.1f}" for a, b, d in busy))
 
 
 def _latency(rows: list[AllocatorRow]) -> None:

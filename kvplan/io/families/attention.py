@@ -52,7 +52,7 @@ _PLE_DEFAULTS = {  # hidden_size_per_layer_input, vocab_size_per_layer_input
 
 
 def _cfg_class() -> Any:
-    from kvplan.io.hf_config import _Cfg
+    from kvplan.io.config_reader import _Cfg
 
     return _Cfg
 
@@ -208,7 +208,7 @@ def layers(cfg: Any, model_type: str, *, hidden: int, num_heads: int, notes: lis
 
 def _intermediates(cfg: Any, num_layers: int) -> tuple[int, ...]:
     """Gemma 3n's ``intermediate_size``: one width for all layers or a list with one per layer."""
-    from kvplan.io.hf_config import _MAX_WIDTH
+    from kvplan.io.config_reader import _MAX_WIDTH
 
     value = cfg.get("intermediate_size")
     if isinstance(value, list):

@@ -32,7 +32,8 @@ from typing import Any
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, MoEShape, NoCacheLayer
 from kvplan.errors import ConfigError, InputError
-from kvplan.io.hf_config import _Cfg, _linear_layer, _num_kv_heads, _num_layers, unmodeled
+from kvplan.io.config_reader import _Cfg
+from kvplan.io.hf_config import _linear_layer, _num_kv_heads, _num_layers, unmodeled
 
 MODEL_TYPES: tuple[str, ...] = (
     "kimi_linear", "minimax", "minimax_text_01", "minimax_m1", "nemotron_h", "granitemoehybrid", "bamba",

@@ -122,6 +122,82 @@ def _formula(layer: Layer, count: int, engine: Engine, kv_dtype: KVDtype, tp: in
     return f"{count} layers x {heads} kv_heads x ({vectors[0][1]} K + {vectors[1][1]} V) x {width}{scale_txt}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class _GroupBytes:
+    """One layer group's bytes for one sequence on each tensor-parallel rank, before batch and stages."""
+
+    layer: Layer
+    indices: list[int]
+    token_bytes: tuple[int, ...]  # what one more token adds to one layer, each rank (zeros: fixed state only)
+    slot_bytes_per_layer: int  # one token slot of one layer, all ranks (0 for fixed state)
+    tokens_held_per_layer: int
+    sequence_bytes: tuple[int, ...]  # one sequence in one layer, each rank
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        return sum(self.sequence_bytes) * len(self.indices)
+
+
+def _check_shape(*, batch: int, seq_len: int, tp: int, pp: int) -> None:
+    check_positive("batch", batch, MAX_BATCH)
+    check_positive("seq_len", seq_len, MAX_SEQ_LEN)
+    check_positive("tensor parallel size", tp, MAX_PARALLEL)
+    check_positive("pipeline parallel size", pp, MAX_PARALLEL)
+
+
+def _group_bytes(layer: Layer, indices: list[int], engine: Engine, *, dtype: KVDtype, model_dtype: str, tp: int,
+                 seq_len: int) -> _GroupBytes:
+    """What one sequence of ``seq_len`` tokens holds in each layer of a group, under the engine's rules."""
+    if isinstance(layer, LinearLayer):
+        return _linear_group_bytes(layer, indices, engine, dtype=dtype, model_dtype=model_dtype, tp=tp, seq_len=seq_len)
+    slot = engine.slot_bytes(layer, dtype, tp)
+    slots = engine.slots_held(layer, seq_len)
+    if isinstance(layer, CompressedLayer):  # window + compressed entries + compressor state, per engine
+        sequence = (engine.compressed_sequence_bytes(layer, seq_len, dtype, model_dtype),) * tp
+    else:
+        sequence = tuple(b * slots for b in slot)
+    return _GroupBytes(layer=layer, indices=indices, token_bytes=slot, slot_bytes_per_layer=sum(slot),
+                       tokens_held_per_layer=slots, sequence_bytes=sequence)
+
+
+def _linear_group_bytes(layer: LinearLayer, indices: list[int], engine: Engine, *, dtype: KVDtype, model_dtype: str,
+                        tp: int, seq_len: int) -> _GroupBytes:
+    """A linear-attention / state-space group: its fixed state, plus the tokens of a parallel attention."""
+    state = engine.linear_state_bytes(layer, model_dtype, tp)
+    if not layer.holds_tokens:
+        return _GroupBytes(layer=layer, indices=indices, token_bytes=(0,) * tp, slot_bytes_per_layer=0,
+                           tokens_held_per_layer=0, sequence_bytes=state)
+    # a parallel attention in the same layer (Falcon-H1) holds tokens too
+    tok = engine.slot_bytes(layer, dtype, tp)
+    slots = engine.slots_held(layer, seq_len)
+    return _GroupBytes(layer=layer, indices=indices, token_bytes=tok, slot_bytes_per_layer=sum(tok),
+                       tokens_held_per_layer=slots, sequence_bytes=tuple(s + t * slots for s, t in zip(state, tok)))
+
+
+@dataclass(frozen=True)
+class _GpuGrid:
+    """Bytes on each GPU, ``rows[pipeline stage][tensor-parallel rank]``."""
+
+    stage_of: dict[int, int]  # layer index -> its pipeline stage
+    rows: list[list[int]]
+
+    @classmethod
+    def empty(cls, stage_of: dict[int, int], num_stages: int, tp: int) -> _GpuGrid:
+        return cls(stage_of, [[0] * tp for _ in range(num_stages)])
+
+    def add(self, indices: list[int], per_rank: tuple[int, ...], times: int = 1) -> None:
+        """Add ``per_rank`` (x ``times``) for each layer in ``indices`` to the GPUs holding that layer."""
+        for i in indices:
+            row = self.rows[self.stage_of[i]]
+            for r in range(len(row)):
+                row[r] += per_rank[r] * times
+
+    def most_loaded(self) -> tuple[int, int]:
+        """(stage, rank) of the GPU holding the most bytes; the first such GPU on a tie."""
+        flat = [(s, r) for s in range(len(self.rows)) for r in range(len(self.rows[s]))]
+        return max(flat, key=lambda sr: self.rows[sr[0]][sr[1]])
+
+
 def size_kv(
     spec: ModelSpec,
     engine: Engine,
@@ -133,10 +209,7 @@ def size_kv(
     pp: int = 1,
 ) -> SizeResult:
     """Size the KV cache of ``batch`` sequences of ``seq_len`` tokens each."""
-    check_positive("batch", batch, MAX_BATCH)
-    check_positive("seq_len", seq_len, MAX_SEQ_LEN)
-    check_positive("tensor parallel size", tp, MAX_PARALLEL)
-    check_positive("pipeline parallel size", pp, MAX_PARALLEL)
+    _check_shape(batch=batch, seq_len=seq_len, tp=tp, pp=pp)
     engine.check_kv_dtype(kv_dtype)
     dtype = get_dtype(spec.dtype if kv_dtype == "auto" else kv_dtype)
     spec = engine.prepare(spec)
@@ -144,60 +217,20 @@ def size_kv(
     stage_of = {i: s for s, layers in enumerate(stages) for i in layers}
 
     # bytes per (stage, rank), and each group's share of it
-    gpu_bytes = [[0] * tp for _ in stages]
-    gpu_token_bytes = [[0] * tp for _ in stages]
-    group_gpu: list[list[list[int]]] = []
-    groups_out: list[tuple[Layer, list[int], int, int, int, int]] = []
+    held = _GpuGrid.empty(stage_of, len(stages), tp)
+    token = _GpuGrid.empty(stage_of, len(stages), tp)
+    measured: list[tuple[_GroupBytes, _GpuGrid]] = []
     for layer, indices in spec.layer_groups():
-        share = [[0] * tp for _ in stages]
-        if isinstance(layer, LinearLayer):
-            per_rank = engine.linear_state_bytes(layer, spec.dtype, tp)
-            slots = 0
-            slot_total = 0
-            if layer.holds_tokens:  # a parallel attention in the same layer (Falcon-H1) holds tokens too
-                tok = engine.slot_bytes(layer, dtype, tp)
-                for i in indices:
-                    for r in range(tp):
-                        gpu_token_bytes[stage_of[i]][r] += tok[r]
-                slots = engine.slots_held(layer, seq_len)
-                slot_total = sum(tok)
-                per_rank = tuple(state + t * slots for state, t in zip(per_rank, tok))
-        else:
-            per_rank = engine.slot_bytes(layer, dtype, tp)
-            for i in indices:
-                for r in range(tp):
-                    gpu_token_bytes[stage_of[i]][r] += per_rank[r]
-            slots = engine.slots_held(layer, seq_len)
-            slot_total = sum(per_rank)
-            if isinstance(layer, CompressedLayer):  # window + compressed entries + compressor state, per engine
-                per_rank = (engine.compressed_sequence_bytes(layer, seq_len, dtype, spec.dtype),) * tp
-            else:
-                per_rank = tuple(b * slots for b in per_rank)
-        for i in indices:
-            for r in range(tp):
-                share[stage_of[i]][r] += per_rank[r] * batch
-                gpu_bytes[stage_of[i]][r] += per_rank[r] * batch
-        group_gpu.append(share)
-        per_seq = sum(per_rank) * len(indices)
-        groups_out.append((layer, indices, slot_total, slots, per_seq, per_seq * batch))
+        group = _group_bytes(layer, indices, engine, dtype=dtype, model_dtype=spec.dtype, tp=tp, seq_len=seq_len)
+        token.add(indices, group.token_bytes)
+        share = _GpuGrid.empty(stage_of, len(stages), tp)
+        share.add(indices, group.sequence_bytes, batch)
+        held.add(indices, group.sequence_bytes, batch)
+        measured.append((group, share))
 
-    flat = [(s, r) for s in range(len(stages)) for r in range(tp)]
-    worst = max(flat, key=lambda sr: gpu_bytes[sr[0]][sr[1]])
-    groups = tuple(
-        GroupSize(
-            layer=layer,
-            description=layer.describe(spec.num_attention_heads),
-            layer_indices=tuple(indices),
-            slot_bytes_per_layer=slot_total,
-            tokens_held_per_layer=slots,
-            bytes_per_token=slot_total * len(indices),
-            bytes_per_sequence=per_seq,
-            total_bytes=total,
-            per_gpu_bytes=share[worst[0]][worst[1]],
-            formula=_formula(layer, len(indices), engine, dtype, tp, spec.dtype),
-        )
-        for (layer, indices, slot_total, slots, per_seq, total), share in zip(groups_out, group_gpu)
-    )
+    stage, rank = held.most_loaded()
+    groups = tuple(_group_size(g, spec, engine, dtype=dtype, tp=tp, batch=batch, per_gpu_bytes=share.rows[stage][rank])
+                   for g, share in measured)
     return SizeResult(
         model=spec.name,
         engine=engine.name,
@@ -209,9 +242,26 @@ def size_kv(
         bytes_per_token=sum(g.bytes_per_token for g in groups),
         bytes_per_sequence=sum(g.bytes_per_sequence for g in groups),
         total_bytes=sum(g.total_bytes for g in groups),
-        per_gpu_bytes=gpu_bytes[worst[0]][worst[1]],
+        per_gpu_bytes=held.rows[stage][rank],
         groups=groups,
-        bytes_per_token_per_gpu=max(max(row) for row in gpu_token_bytes),
+        bytes_per_token_per_gpu=max(max(row) for row in token.rows),
+    )
+
+
+def _group_size(group: _GroupBytes, spec: ModelSpec, engine: Engine, *, dtype: KVDtype, tp: int, batch: int,
+                per_gpu_bytes: int) -> GroupSize:
+    layer, count = group.layer, len(group.indices)
+    return GroupSize(
+        layer=layer,
+        description=layer.describe(spec.num_attention_heads),
+        layer_indices=tuple(group.indices),
+        slot_bytes_per_layer=group.slot_bytes_per_layer,
+        tokens_held_per_layer=group.tokens_held_per_layer,
+        bytes_per_token=group.slot_bytes_per_layer * count,
+        bytes_per_sequence=group.bytes_per_sequence,
+        total_bytes=group.bytes_per_sequence * batch,
+        per_gpu_bytes=per_gpu_bytes,
+        formula=_formula(layer, count, engine, dtype, tp, spec.dtype),
     )
 
 

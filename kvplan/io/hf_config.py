@@ -22,141 +22,18 @@ linear attention; Qwen2/Qwen3 with a window slide only from ``max_window_layers`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from kvplan.core.dtypes import get_dtype
-from kvplan.core.spec import AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec, NoCacheLayer
+from kvplan.core.spec import (ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec,
+                              NoCacheLayer)
 from kvplan.errors import ConfigError, InputError, UnmodeledError
 from kvplan.io.arch import arch_from_config
 from kvplan.io.architectures import is_checked, not_modeled_reason
+from kvplan.io.config_reader import _MAX_LAYERS, _Cfg, _show
 from kvplan.io.families import FAMILY_TYPES, family_module
-
-
-# Upper bounds on config.json integers, so that no input can build per-layer structures of a billion
-# layers or sizes no machine has (``num_hidden_layers: 1000000`` made `fit` hang). Each is the largest
-# value in a released model's config.json times a wide margin:
-_MAX_LAYERS = 4096  # Llama 3.1 405B: 126 layers (x32)
-_MAX_HEADS = 1 << 14  # DeepSeek-V3, Llama 3.1 405B: 128 attention heads (x128)
-_MAX_WIDTH = 1 << 20  # Llama 3.1 405B: hidden 16,384, intermediate 53,248 (x19)
-_MAX_HEAD_DIM = 1 << 14  # Gemma 2: head_dim 256; DeepSeek-V3: kv_lora_rank 512 (x32)
-_MAX_VOCAB = 1 << 24  # Gemma 3: 262,208 (x64)
-_MAX_POSITIONS = 1 << 30  # Llama 4 Scout: 10,485,760 positions (x100); also windows and chunks
-_MAX_EXPERTS = 1 << 16  # Qwen3-Next: 512 routed experts (x128)
-_MAX_SMALL = 1024  # conv kernels (Mamba, gated delta net: 4), expansion factors (Mamba: 2)
-_BOUNDS: dict[str, int] = {
-    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "first_k_dense_replace",
-                     "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "expert_layer_period",
-                     "expert_layer_offset", "attn_layer_period", "attn_layer_offset", "sliding_window_pattern",
-                     "no_rope_layer_interval", "full_attention_interval", "max_window_layers"), _MAX_LAYERS),
-    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads", "num_key_value_heads",
-                     "num_kv_heads",
-                     "n_head_kv", "linear_num_key_heads", "linear_num_value_heads"), _MAX_HEADS),
-    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "intermediate_size", "ffn_dim", "n_inner",
-                     "intermediate_size_mlp", "moe_intermediate_size", "shared_expert_intermediate_size",
-                     "q_lora_rank", "mamba_dt_rank"), _MAX_WIDTH),
-    **dict.fromkeys(("head_dim", "v_head_dim", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                     "linear_key_head_dim", "linear_value_head_dim", "mamba_d_state"), _MAX_HEAD_DIM),
-    **dict.fromkeys(("mamba_d_conv", "linear_conv_kernel_dim", "mamba_expand"), _MAX_SMALL),
-    "vocab_size": _MAX_VOCAB,
-    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "max_seq_len",
-                     "sliding_window", "attention_chunk_size"), _MAX_POSITIONS),
-    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-                     "n_shared_experts"), _MAX_EXPERTS),
-    # attention family readers (kvplan.io.families.attention): Gemma 3n/4, GLM-4.x MoE, MiniMax-M2, Hunyuan
-    **dict.fromkeys(("num_kv_shared_layers", "num_nextn_predict_layers", "num_mtp_modules"), _MAX_LAYERS),
-    "num_global_key_value_heads": _MAX_HEADS,
-    **dict.fromkeys(("global_head_dim", "attention_head_dim"), _MAX_HEAD_DIM),
-    **dict.fromkeys(("hidden_size_per_layer_input", "laurel_rank", "shared_intermediate_size"), _MAX_WIDTH),
-    "vocab_size_per_layer_input": _MAX_VOCAB,
-    "altup_num_inputs": _MAX_SMALL,
-    "top_k_experts": _MAX_EXPERTS,
-    # MLA families (kvplan.io.families.mla): DSA indexers, LongCat-Flash, DeepSeek-V4
-    **dict.fromkeys(("index_head_dim",), _MAX_HEAD_DIM),
-    **dict.fromkeys(("index_n_heads",), _MAX_HEADS),
-    **dict.fromkeys(("index_topk", "compress_rate_csa", "compress_rate_hca"), _MAX_POSITIONS),
-    **dict.fromkeys(("index_topk_freq", "index_skip_topk_offset", "num_hash_layers"), _MAX_LAYERS),
-    **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size", "o_lora_rank"), _MAX_WIDTH),
-    **dict.fromkeys(("zero_expert_num", "moe_topk"), _MAX_EXPERTS),
-    **dict.fromkeys(("o_groups", "hc_mult"), _MAX_SMALL),
-    # hybrid families (kvplan.io.families.hybrid): Mamba-2, KDA, lightning attention, LFM2 short convs
-    **dict.fromkeys(("mamba_num_heads", "mamba_n_heads", "linear_num_heads", "n_groups", "mamba_n_groups"), _MAX_HEADS),
-    **dict.fromkeys(("mamba_head_dim", "mamba_d_head", "ssm_state_size", "linear_head_dim"), _MAX_HEAD_DIM),
-    **dict.fromkeys(("conv_kernel", "expand", "conv_L_cache", "short_conv_kernel_size", "block_multiple_of"), _MAX_SMALL),
-    **dict.fromkeys(("mamba_d_ssm", "block_ff_dim", "moe_shared_expert_intermediate_size"), _MAX_WIDTH),
-    **dict.fromkeys(("num_experts_per_token", "num_shared_experts"), _MAX_EXPERTS),
-    "model_max_length": _MAX_POSITIONS,
-}
-_MAX_OTHER = 1 << 30  # any integer key not listed above
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _Cfg:
-    """Typed reads from a config dict with messages that name the file and the key.
-
-    Every key kvplan reads goes through ``int``/``bool``/``str``/``int_list``: the type is checked (a
-    number written as a string, ``"14336"``, is refused; a bool is not an int), and integers are
-    bounded below by ``minimum`` and above by ``_BOUNDS``.
-    """
-
-    def __init__(self, data: dict[str, Any], origin: str) -> None:
-        self.data = data
-        self.origin = origin
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.data.get(key)
-        return default if value is None else value
-
-    def int(self, *names: str, default: int | None = None, minimum: int = 1) -> int:
-        for name in names:
-            value = self.data.get(name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{self.origin}: {name} must be an integer (got {_show(value)})")
-            maximum = _BOUNDS.get(name, _MAX_OTHER)
-            if value < minimum:
-                raise ConfigError(f"{self.origin}: {name} must be >= {minimum} (got {value})")
-            if value > maximum:
-                raise ConfigError(f"{self.origin}: {name} must be <= {maximum} (got {_show(value)}); "
-                                  "no released model comes near that")
-            return value
-        if default is not None:
-            return default
-        alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
-        raise ConfigError(f"{self.origin}: required key {names[0]}{alt} is missing")
-
-    def bool(self, name: str, default: bool = False) -> bool:
-        value = self.data.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.origin}: {name} must be true or false (got {_show(value)})")
-        return value
-
-    def str(self, name: str, default: str = "") -> str:
-        value = self.data.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise ConfigError(f"{self.origin}: {name} must be a string (got {_show(value)})")
-        return value
-
-    def int_list(self, name: str, *, minimum: int = 0, maximum: int = _MAX_LAYERS) -> list[int]:
-        value = self.data.get(name)
-        if value is None:
-            return []
-        if not isinstance(value, list) or len(value) > _MAX_LAYERS or any(
-                isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum for v in value):
-            raise ConfigError(f"{self.origin}: {name} must be a list of integers in {minimum}..{maximum} "
-                              f"(got {_show(value)})")
-        return value
 
 
 # What vLLM, SGLang and TensorRT-LLM derive a model's longest context from (kvplan.core.capacity.context)
@@ -288,24 +165,29 @@ def _num_kv_heads(cfg: _Cfg, model_type: str, num_heads: int, notes: list[str]) 
     return kv
 
 
+def _listed_layer_kinds(cfg: _Cfg, model_type: str, types: Any, num_layers: int) -> list[LayerKind]:
+    """The kinds ``layer_types`` lists, one per layer."""
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ConfigError(f"{cfg.origin}: layer_types must list one type per layer ({num_layers})")
+    kinds = []
+    for i, t in enumerate(types):
+        if not isinstance(t, str):
+            raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {_show(t)} is not a layer type: write one "
+                              "name per layer, such as full_attention")
+        if t not in _LAYER_TYPE_KINDS:
+            known = ", ".join(sorted(_LAYER_TYPE_KINDS))
+            raise unmodeled(cfg.origin, f"layer_types[{i}] = {_show(t)} is not a layer type kvplan models ({known})",
+                            config=cfg.data, model_type=model_type)
+        kinds.append(_LAYER_TYPE_KINDS[t])
+    if LayerKind.SLIDING in kinds and not cfg.has("sliding_window"):
+        raise ConfigError(f"{cfg.origin}: layer_types has sliding_attention layers but sliding_window is missing")
+    return kinds
+
+
 def _layer_kinds(cfg: _Cfg, model_type: str, num_layers: int, notes: list[str]) -> list[LayerKind]:
     types = cfg.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or len(types) != num_layers:
-            raise ConfigError(f"{cfg.origin}: layer_types must list one type per layer ({num_layers})")
-        kinds = []
-        for i, t in enumerate(types):
-            if not isinstance(t, str):
-                raise ConfigError(f"{cfg.origin}: layer_types[{i}] = {_show(t)} is not a layer type: write one "
-                                  "name per layer, such as full_attention")
-            if t not in _LAYER_TYPE_KINDS:
-                known = ", ".join(sorted(_LAYER_TYPE_KINDS))
-                raise unmodeled(cfg.origin, f"layer_types[{i}] = {_show(t)} is not a layer type kvplan models ({known})",
-                                config=cfg.data, model_type=model_type)
-            kinds.append(_LAYER_TYPE_KINDS[t])
-        if LayerKind.SLIDING in kinds and not cfg.has("sliding_window"):
-            raise ConfigError(f"{cfg.origin}: layer_types has sliding_attention layers but sliding_window is missing")
-        return kinds
+        return _listed_layer_kinds(cfg, model_type, types, num_layers)
 
     full = [LayerKind.FULL] * num_layers
     if model_type in ("gemma2", "gpt_oss"):
@@ -373,16 +255,18 @@ def _linear_layer(cfg: _Cfg, model_type: str, hidden: int) -> LinearLayer:
     )
 
 
-def spec_from_hf_config(
-    raw: dict[str, Any], *, name: str, origin: str, source: str = "", provenance: str = ""
-) -> ModelSpec:
-    """Build a ModelSpec from a config.json dict. ``origin`` names the file in error messages."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{origin}: expected a JSON object of config keys")
-    notes: list[str] = []
-    cfg = _Cfg(_with_class_defaults(_text_config(raw, notes, origin), notes), origin)
-    model_type = cfg.str("model_type")
-    _check_model_type(raw, model_type, origin, notes)
+@dataclass(frozen=True, kw_only=True)
+class _Shape:
+    """The model-wide numbers read before the layers: counts, widths, dtype and context."""
+
+    num_layers: int
+    num_heads: int
+    hidden: int
+    dtype: str
+    max_len: int
+
+
+def _read_shape(cfg: _Cfg, notes: list[str]) -> _Shape:
     num_layers = _num_layers(cfg)
     # n_heads: MPT (MptConfig); attention_heads: XGLM (XGLMConfig)
     num_heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
@@ -394,61 +278,96 @@ def spec_from_hf_config(
                       default=0, minimum=0)
     if max_len == 0:
         notes.append("config gives no max_position_embeddings; pass --seq-len")
-    context = {k: cfg.data[k] for k in CONTEXT_KEYS if cfg.data.get(k) is not None}
+    return _Shape(num_layers=num_layers, num_heads=num_heads, hidden=hidden, dtype=dtype, max_len=max_len)
 
-    layers: list[Layer]
-    family = family_module(model_type)
-    if family is not None:
-        layers = family.layers(cfg, model_type, hidden=hidden, num_heads=num_heads, notes=notes)
-    elif cfg.has("kv_lora_rank"):
-        if cfg.has("num_key_value_heads"):
-            notes.append(
-                f"num_key_value_heads {_show(cfg.get('num_key_value_heads'))} ignored: MLA caches the "
-                f"kv_lora_rank latent ({cfg.int('kv_lora_rank')} + {cfg.int('qk_rope_head_dim')} rope)"
-            )
-        mla = MLALayer(
-            num_heads=num_heads,
-            kv_lora_rank=cfg.int("kv_lora_rank"),
-            qk_rope_head_dim=cfg.int("qk_rope_head_dim", minimum=0),  # 0: no RoPE part (a NoPE latent)
-            qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
-            v_head_dim=cfg.int("v_head_dim"),
+
+def _mla_layers(cfg: _Cfg, shape: _Shape, notes: list[str]) -> list[Layer]:
+    """DeepSeek-V2/V3-style MLA on every layer: the kv_lora_rank latent is cached, whatever num_key_value_heads says."""
+    if cfg.has("num_key_value_heads"):
+        notes.append(
+            f"num_key_value_heads {_show(cfg.get('num_key_value_heads'))} ignored: MLA caches the "
+            f"kv_lora_rank latent ({cfg.int('kv_lora_rank')} + {cfg.int('qk_rope_head_dim')} rope)"
         )
-        layers = [mla] * num_layers
-    else:
-        kv_heads = _num_kv_heads(cfg, model_type, num_heads, notes)
-        if cfg.has("head_dim"):
-            head_dim = cfg.int("head_dim")
+    mla = MLALayer(
+        num_heads=shape.num_heads,
+        kv_lora_rank=cfg.int("kv_lora_rank"),
+        qk_rope_head_dim=cfg.int("qk_rope_head_dim", minimum=0),  # 0: no RoPE part (a NoPE latent)
+        qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+        v_head_dim=cfg.int("v_head_dim"),
+    )
+    return [mla] * shape.num_layers
+
+
+def _head_dim(cfg: _Cfg, shape: _Shape) -> int:
+    """``head_dim`` when the config gives it (Gemma, Qwen3), else hidden_size / num_attention_heads."""
+    if cfg.has("head_dim"):
+        return cfg.int("head_dim")
+    if shape.hidden % shape.num_heads:
+        raise ConfigError(
+            f"{cfg.origin}: hidden_size {shape.hidden} is not a multiple of num_attention_heads {shape.num_heads}; "
+            "add head_dim to the config"
+        )
+    return shape.hidden // shape.num_heads
+
+
+def _decoder_layers(cfg: _Cfg, model_type: str, shape: _Shape, notes: list[str]) -> list[Layer]:
+    """The generic reader: attention layers (full, sliding, chunked), linear-attention and cache-free layers."""
+    kv_heads = _num_kv_heads(cfg, model_type, shape.num_heads, notes)
+    head_dim = _head_dim(cfg, shape)
+    v_head_dim = cfg.int("v_head_dim", default=head_dim)
+    kinds = _layer_kinds(cfg, model_type, shape.num_layers, notes)
+    # read only where a layer slides: a config may carry sliding_window 0 or null beside full attention
+    window = cfg.int("sliding_window") if LayerKind.SLIDING in kinds else 0
+    chunk = cfg.int("attention_chunk_size", default=0, minimum=0)
+    if LayerKind.CHUNKED in kinds and chunk == 0:
+        raise ConfigError(f"{cfg.origin}: chunked attention layers need attention_chunk_size")
+    linear = _linear_layer(cfg, model_type, shape.hidden) if LayerKind.LINEAR in kinds else None
+    layers: list[Layer] = []
+    for kind in kinds:
+        if kind is LayerKind.LINEAR:
+            assert linear is not None
+            layers.append(linear)
+        elif kind is LayerKind.NONE:
+            layers.append(NoCacheLayer())
         else:
-            if hidden % num_heads:
-                raise ConfigError(
-                    f"{origin}: hidden_size {hidden} is not a multiple of num_attention_heads {num_heads}; "
-                    "add head_dim to the config"
-                )
-            head_dim = hidden // num_heads
-        v_head_dim = cfg.int("v_head_dim", default=head_dim)
-        kinds = _layer_kinds(cfg, model_type, num_layers, notes)
-        # read only where a layer slides: a config may carry sliding_window 0 or null beside full attention
-        window = cfg.int("sliding_window") if LayerKind.SLIDING in kinds else 0
-        chunk = cfg.int("attention_chunk_size", default=0, minimum=0)
-        if LayerKind.CHUNKED in kinds and chunk == 0:
-            raise ConfigError(f"{origin}: chunked attention layers need attention_chunk_size")
-        linear = _linear_layer(cfg, model_type, hidden) if LayerKind.LINEAR in kinds else None
-        layers = []
-        for kind in kinds:
-            if kind is LayerKind.LINEAR:
-                assert linear is not None
-                layers.append(linear)
-            elif kind is LayerKind.NONE:
-                layers.append(NoCacheLayer())
-            else:
-                size = {LayerKind.SLIDING: window, LayerKind.CHUNKED: chunk}.get(kind, 0)
-                layers.append(
-                    AttentionLayer(kind=kind, num_kv_heads=kv_heads, k_head_dim=head_dim, v_head_dim=v_head_dim, window=size)
-                )
+            size = {LayerKind.SLIDING: window, LayerKind.CHUNKED: chunk}.get(kind, 0)
+            layers.append(AttentionLayer(kind=kind, num_kv_heads=kv_heads, k_head_dim=head_dim, v_head_dim=v_head_dim,
+                                         window=size))
+    return layers
+
+
+def _read_layers(cfg: _Cfg, model_type: str, family: ModuleType | None, shape: _Shape,
+                 notes: list[str]) -> list[Layer]:
+    if family is not None:
+        return family.layers(cfg, model_type, hidden=shape.hidden, num_heads=shape.num_heads, notes=notes)
+    if cfg.has("kv_lora_rank"):
+        return _mla_layers(cfg, shape, notes)
+    return _decoder_layers(cfg, model_type, shape, notes)
+
+
+def _read_arch(cfg: _Cfg, model_type: str, family: ModuleType | None, layers: list[Layer],
+               hidden: int) -> ArchShape | None:
+    """The weight shape: the family reader's where it has one, else the generic one (kvplan.io.arch)."""
     if family is not None and hasattr(family, "arch"):
-        arch = family.arch(cfg, model_type, layers=tuple(layers), hidden=hidden)
-    else:
-        arch = arch_from_config(cfg, model_type=model_type, layers=tuple(layers), hidden=hidden)
+        return family.arch(cfg, model_type, layers=tuple(layers), hidden=hidden)
+    return arch_from_config(cfg, model_type=model_type, layers=tuple(layers), hidden=hidden)
+
+
+def spec_from_hf_config(
+    raw: dict[str, Any], *, name: str, origin: str, source: str = "", provenance: str = ""
+) -> ModelSpec:
+    """Build a ModelSpec from a config.json dict. ``origin`` names the file in error messages."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: expected a JSON object of config keys")
+    notes: list[str] = []
+    cfg = _Cfg(_with_class_defaults(_text_config(raw, notes, origin), notes), origin)
+    model_type = cfg.str("model_type")
+    _check_model_type(raw, model_type, origin, notes)
+    shape = _read_shape(cfg, notes)
+    context = {k: cfg.data[k] for k in CONTEXT_KEYS if cfg.data.get(k) is not None}
+    family = family_module(model_type)
+    layers = _read_layers(cfg, model_type, family, shape, notes)
+    arch = _read_arch(cfg, model_type, family, layers, shape.hidden)
     if isinstance(raw.get("vision_config"), dict):
         notes.append("the vision tower's weights are not counted (language model only)")
     quirks: set[str] = set()
@@ -458,10 +377,10 @@ def spec_from_hf_config(
         quirks=frozenset(quirks),
         name=name,
         layers=tuple(layers),
-        dtype=dtype,
-        max_model_len=max_len,
-        num_attention_heads=num_heads,
-        hidden_size=hidden,
+        dtype=shape.dtype,
+        max_model_len=shape.max_len,
+        num_attention_heads=shape.num_heads,
+        hidden_size=shape.hidden,
         model_type=model_type,
         source=source,
         provenance=provenance,

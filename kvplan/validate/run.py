@@ -20,7 +20,7 @@ from typing import Any
 
 from kvplan.core.units import GiB
 from kvplan.core.capacity.estimates import ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN
-from kvplan.core.dtypes import get_dtype
+from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import size_kv
 from kvplan.core.spec import ModelSpec
@@ -224,12 +224,16 @@ def hf_activation_estimate(spec: ModelSpec, *, batch: int, prompt_len: int, act_
     return tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2 + tokens * vocab * (act_bytes + fp32)
 
 
-def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
-    require_torch()
-    import torch
+@dataclass(frozen=True, kw_only=True)
+class _RunSettings:
+    """A case's device, model dtype and prompt length, checked."""
 
-    from kvplan.validate.hf_cache import build_model, measure_decode
+    device: str
+    dtype: KVDtype
+    prompt_len: int
 
+
+def _run_settings(case: Case, spec: ModelSpec) -> _RunSettings:
     device = _device(case.device)
     dtype = get_dtype(spec.dtype if case.dtype == "auto" else case.dtype)
     if dtype.name not in TORCH_DTYPES:
@@ -237,64 +241,106 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
     prompt_len = case.prompt_len or max(1, case.seq_len - 8)
     if not 0 < prompt_len < case.seq_len:
         raise InputError(f"--prompt-len must be between 1 and seq_len - 1 ({case.seq_len - 1})")
-    check_memory(case, spec, device=device, dtype=dtype.name, prompt_len=prompt_len, available=available_bytes(device))
-    raw = reduced_config(spec.raw_config, case.layers)
-    sub = spec_from_hf_config(raw, name=spec.name, origin=spec.source or spec.name)
-    cfg = dict(raw)
-    cfg["torch_dtype"] = TORCH_DTYPES[dtype.name]
+    return _RunSettings(device=device, dtype=dtype, prompt_len=prompt_len)
 
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+
+def _build(spec: ModelSpec, raw: dict[str, Any], torch_dtype: str) -> Any:
+    """The model of ``raw`` in ``torch_dtype``, built without random init; what it cannot import is an InputError."""
+    from kvplan.validate.hf_cache import build_model
+
+    cfg = dict(raw)
+    cfg["torch_dtype"] = torch_dtype
     try:
         with _no_random_init():
-            model = _tied_and_zeroed(build_model(cfg, dtype=TORCH_DTYPES[dtype.name]))
+            return _tied_and_zeroed(build_model(cfg, dtype=torch_dtype))
     except ImportError as exc:  # e.g. Gemma 3n's vision tower needs timm
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), exc.__class__.__name__)
         first = first.split(". ")[0].rstrip(".")
         raise InputError(f"transformers cannot build {spec.name} here: {first}; install what it names, or validate "
                          "the text_config alone saved as a config.json") from None
-    if device == "cuda":
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Measured:
+    weights: int  # bytes of the parameters' distinct storages
+    kv_cache: int  # bytes of the cache's distinct storages after prefill and decode
+    peak: int | None = None  # CUDA: the allocator's peak over load, prefill and decode (None on CPU)
+    on_device: int = 0  # CUDA: what the loaded model holds on the device
+
+
+def _measure(case: Case, spec: ModelSpec, raw: dict[str, Any], run: _RunSettings) -> _Measured:
+    """Build the model, run the case, and measure; on CUDA the allocator around each phase."""
+    import torch
+
+    from kvplan.validate.hf_cache import measure_decode
+
+    cuda = run.device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    model = _build(spec, raw, TORCH_DTYPES[run.dtype.name])
+    if cuda:
         model = model.to("cuda")
         torch.cuda.synchronize()
         after_load = torch.cuda.memory_allocated()
-    measured_weights = _weights_bytes(model)
+    weights = _weights_bytes(model)
+    kv_cache = measure_decode(model, batch=case.batch, prompt_len=run.prompt_len, seq_len=case.seq_len,
+                              device=run.device).total_bytes
+    if not cuda:
+        return _Measured(weights=weights, kv_cache=kv_cache)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del model
+    torch.cuda.empty_cache()
+    return _Measured(weights=weights, kv_cache=kv_cache, peak=peak, on_device=after_load - base)
 
-    measured_kv = measure_decode(model, batch=case.batch, prompt_len=prompt_len, seq_len=case.seq_len,
-                                 device=device).total_bytes
 
-    layers = sub.num_layers
-    predicted_kv = size_kv(sub, get_engine("hf"), batch=case.batch, seq_len=case.seq_len, kv_dtype=dtype.name).total_bytes
-    wfmt = dtype.vector_bytes(1)
+def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
+    require_torch()
+    run = _run_settings(case, spec)
+    check_memory(case, spec, device=run.device, dtype=run.dtype.name, prompt_len=run.prompt_len,
+                 available=available_bytes(run.device))
+    raw = reduced_config(spec.raw_config, case.layers)
+    sub = spec_from_hf_config(raw, name=spec.name, origin=spec.source or spec.name)
+    measured = _measure(case, spec, raw, run)
+
+    wfmt = run.dtype.vector_bytes(1)
+    predicted_kv = size_kv(sub, get_engine("hf"), batch=case.batch, seq_len=case.seq_len,
+                           kv_dtype=run.dtype.name).total_bytes
     predicted_weights = count_params(sub, sub.arch).total * wfmt if sub.arch else 0
-    common = dict(model=spec.name, batch=case.batch, seq_len=case.seq_len, dtype=dtype.name, layers=layers, device=device)
+    common = dict(model=spec.name, batch=case.batch, seq_len=case.seq_len, dtype=run.dtype.name, layers=sub.num_layers,
+                  device=run.device)
     results = [
-        ComponentResult(component="kv_cache", predicted_bytes=predicted_kv, measured_bytes=measured_kv, scaled=False, **common),
-        ComponentResult(component="weights", predicted_bytes=predicted_weights, measured_bytes=measured_weights,
+        ComponentResult(component="kv_cache", predicted_bytes=predicted_kv, measured_bytes=measured.kv_cache,
+                        scaled=False, **common),
+        ComponentResult(component="weights", predicted_bytes=predicted_weights, measured_bytes=measured.weights,
                         scaled=False, **common),
     ]
-    if device == "cuda":
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
+    if measured.peak is not None:
         predicted_peak = (predicted_weights + predicted_kv
-                          + hf_activation_estimate(sub, batch=case.batch, prompt_len=prompt_len, act_bytes=wfmt))
-        results.append(ComponentResult(component="peak", predicted_bytes=predicted_peak, measured_bytes=peak,
-                                       scaled=False, note=f"weights on device {after_load - base:,} B", **common))
-    if layers < spec.num_layers:  # whole-model figures, scaled by the predicted whole/part ratio
-        full_kv = size_kv(spec, get_engine("hf"), batch=case.batch, seq_len=case.seq_len, kv_dtype=dtype.name).total_bytes
-        full_w = count_params(spec, spec.arch).total * wfmt if spec.arch else 0
-        whole = dict(common, layers=spec.num_layers)
-        results += [
-            ComponentResult(component="kv_cache", predicted_bytes=full_kv, scaled=True,
-                            measured_bytes=measured_kv * full_kv // max(predicted_kv, 1), **whole),
-            ComponentResult(component="weights", predicted_bytes=full_w, scaled=True,
-                            measured_bytes=measured_weights * full_w // max(predicted_weights, 1), **whole),
-        ]
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
+                          + hf_activation_estimate(sub, batch=case.batch, prompt_len=run.prompt_len, act_bytes=wfmt))
+        results.append(ComponentResult(component="peak", predicted_bytes=predicted_peak, measured_bytes=measured.peak,
+                                       scaled=False, note=f"weights on device {measured.on_device:,} B", **common))
+    if sub.num_layers < spec.num_layers:  # whole-model figures, scaled by the predicted whole/part ratio
+        results += _scaled_results(case, spec, run, measured, predicted_kv=predicted_kv,
+                                   predicted_weights=predicted_weights, common=common)
     return results
+
+
+def _scaled_results(case: Case, spec: ModelSpec, run: _RunSettings, measured: _Measured, *, predicted_kv: int,
+                    predicted_weights: int, common: dict[str, Any]) -> list[ComponentResult]:
+    """The whole model's figures from a run of its first layers: measured x predicted whole / predicted part."""
+    full_kv = size_kv(spec, get_engine("hf"), batch=case.batch, seq_len=case.seq_len,
+                      kv_dtype=run.dtype.name).total_bytes
+    full_w = count_params(spec, spec.arch).total * run.dtype.vector_bytes(1) if spec.arch else 0
+    whole = dict(common, layers=spec.num_layers)
+    return [
+        ComponentResult(component="kv_cache", predicted_bytes=full_kv, scaled=True,
+                        measured_bytes=measured.kv_cache * full_kv // max(predicted_kv, 1), **whole),
+        ComponentResult(component="weights", predicted_bytes=full_w, scaled=True,
+                        measured_bytes=measured.weights * full_w // max(predicted_weights, 1), **whole),
+    ]
 
 
 def device_description() -> dict[str, Any]:

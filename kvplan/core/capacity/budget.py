@@ -35,6 +35,7 @@ from kvplan.core.capacity.common import (
 from kvplan.core.capacity.context import ContextLimit
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import Layer
+from kvplan.core.weights import WeightBytes
 from kvplan.errors import ConfigError
 
 
@@ -136,9 +137,29 @@ class EngineBudget:
         return f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit; {concurrency:.2f} do"
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Start:
+    """Steps 1-4: the setup, the engine's decision on the context, and the weights with the notes so far."""
+
+    setup: Setup
+    limit: ContextLimit | None
+    started: context.Decision
+    weights: WeightBytes | None
+    notes: list[str]
+
+
 def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
     """The budget skeleton (the module docstring's steps) under ``budget``'s engine rules."""
-    spec, gpu = req.spec, req.gpu
+    start = _start(req, budget)
+    estimated: set[str] = set()
+    stages = _stage_budgets(req, budget, start, estimated)
+    cap = budget.capacity(req, start.setup, stages)
+    return _fit_result(req, budget, start, cap, estimated)
+
+
+def _start(req: FitRequest, budget: EngineBudget) -> _Start:
+    """Steps 1-4: the release and utilization, the context the engine starts with, its settings, the weights."""
+    spec = req.spec
     profile = req.engine_profile()
     util = req.gpu_memory_utilization or budget.default_utilization(req, profile)
     if not (req.max_model_len or spec.max_model_len):
@@ -154,16 +175,14 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
     notes.extend(setup.notes)
     if started.note:
         notes.append(started.note)
-    estimated: set[str] = set()
+    return _Start(setup=setup, limit=limit, started=started, weights=weights, notes=notes)
+
+
+def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimated: set[str]) -> list[Stage]:
+    """Step 5: each stage's components (measured, else estimated and recorded in ``estimated``) and KV memory."""
+    spec, setup = req.spec, start.setup
     ranges = pp_stages(spec.num_layers, req.pp)
     memory = budget.stage_memory(req, setup)
-
-    def stage_weights(s: int) -> int:
-        if req.weights_memory is not None:
-            return req.weights_memory
-        assert weights is not None  # model_weights counts them unless they are given
-        return weights.per_stage_bytes[s] if budget.per_stage else max(weights.per_stage_bytes)
-
     if budget.per_stage:
         units = [(s, tuple(spec.layers[i] for i in r), s == len(ranges) - 1) for s, r in enumerate(ranges)]
     else:
@@ -171,7 +190,7 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
     stages = []
     for s, layers, last in units:
         c = Components(
-            weights=stage_weights(s),
+            weights=_stage_weights(req, budget, start.weights, s),
             activation=given_or_estimate(req.activation_memory, "activation", estimated,
                                          partial(budget.activation, req, setup, last)),
             non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,
@@ -182,8 +201,19 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         kv = (req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None
               else budget.kv_memory(req, setup, memory[s], c))
         stages.append(Stage(index=s, layers=layers, memory_bytes=memory[s], components=c, kv_bytes=kv))
+    return stages
 
-    cap = budget.capacity(req, setup, stages)
+
+def _stage_weights(req: FitRequest, budget: EngineBudget, weights: WeightBytes | None, s: int) -> int:
+    if req.weights_memory is not None:
+        return req.weights_memory
+    assert weights is not None  # model_weights counts them unless they are given
+    return weights.per_stage_bytes[s] if budget.per_stage else max(weights.per_stage_bytes)
+
+
+def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capacity, estimated: set[str]) -> FitResult:
+    """Step 7: the concurrency check, the ``unused`` share and the FitResult."""
+    started, weights = start.started, start.weights
     reasons = ([started.reason] if started.reason else []) + list(cap.reasons)  # not starting comes first
     concurrency = cap.max_concurrency
     if cap.check_concurrency and req.concurrency and concurrency < req.concurrency and not reasons:
@@ -194,16 +224,16 @@ def run_budget(req: FitRequest, budget: EngineBudget) -> FitResult:
         unused = max(0, cap.stage.memory_bytes - c.weights - c.activation - c.non_torch - c.cuda_graph
                      - cap.kv_cache_bytes)
     return FitResult(
-        engine=budget.engine, gpu=gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(spec, req.kv_dtype).name,
+        engine=budget.engine, gpu=req.gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(req.spec, req.kv_dtype).name,
         weight_dtype=weights.format if weights else "given", max_model_len=cap.max_model_len,
         breakdown=Breakdown(weights=c.weights, activation=c.activation, non_torch=c.non_torch,
                             cuda_graph=c.cuda_graph, kv_cache=cap.kv_cache_bytes, unused=unused),
         kv_cache_memory_bytes=cap.kv_cache_bytes, block_size=cap.block_size, page_size_bytes=cap.page_size_bytes,
         num_blocks=cap.num_blocks, kv_cache_tokens=cap.kv_cache_tokens, max_concurrency=concurrency,
         max_model_len_fit=cap.max_model_len_fit, fits=not reasons, reasons=tuple(reasons),
-        estimated=tuple(sorted(estimated)), settings=cap.settings, notes=(*notes, *cap.notes),
-        params=weights.params if weights else 0, engine_version=profile.version, usable_blocks=cap.usable_blocks,
-        logged_kv_cache_tokens=cap.logged_kv_cache_tokens, logged_capacity_rule=cap.logged_capacity_rule,
-        context_limit=limit, context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len,
-        pool_plan=cap.pool_plan,
+        estimated=tuple(sorted(estimated)), settings=cap.settings, notes=(*start.notes, *cap.notes),
+        params=weights.params if weights else 0, engine_version=start.setup.profile.version,
+        usable_blocks=cap.usable_blocks, logged_kv_cache_tokens=cap.logged_kv_cache_tokens,
+        logged_capacity_rule=cap.logged_capacity_rule, context_limit=start.limit,
+        context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len, pool_plan=cap.pool_plan,
     )

@@ -30,9 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.core.dtypes import get_dtype
-from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, MoEShape, NoCacheLayer
+from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LayerKind, LinearLayer, MLALayer, NoCacheLayer
 from kvplan.errors import ConfigError, InputError
-from kvplan.io.hf_config import _Cfg, _linear_layer, _num_kv_heads, _num_layers, unmodeled
+from kvplan.io.config_reader import _Cfg
+from kvplan.io.hf_config import _linear_layer, _num_kv_heads, _num_layers, unmodeled
 
 MODEL_TYPES: tuple[str, ...] = (
     "kimi_linear", "minimax", "minimax_text_01", "minimax_m1", "nemotron_h", "granitemoehybrid", "bamba",
@@ -348,137 +349,10 @@ def layers(cfg: _Cfg, model_type: str, *, hidden: int, num_heads: int, notes: li
     return _qwen35(cfg, model_type, num_layers, num_heads, hidden, notes)
 
 
-# -- per family: weights ---------------------------------------------------------------------------
-# Parameter counts follow each transformers v5.23 modeling file's module shapes (a test builds every
-# bundled config on the meta device and compares).
-
-def _mamba2_params(layer: LinearLayer, hidden: int, *, conv_bias: bool, proj_bias: bool, norm: bool) -> int:
-    """in_proj (z, x, B, C, dt), depthwise conv (+ bias), dt_bias / A_log / D, gated norm, out_proj."""
-    heads, d_inner = layer.num_heads, layer.state_shape[0] * layer.state_shape[1]
-    in_out = hidden * (d_inner + layer.conv_channels + heads) + d_inner * hidden
-    bias = (d_inner + layer.conv_channels + heads + hidden) if proj_bias else 0
-    conv = layer.conv_channels * layer.conv_kernel + (layer.conv_channels if conv_bias else 0)
-    return in_out + bias + conv + 3 * heads + (d_inner if norm else 0)
-
-
-def _gdn_params(layer: LinearLayer, hidden: int) -> int:
-    """Qwen3.5 gated delta net: in_proj_qkv, in_proj_z, in_proj_a/b, conv1d, dt_bias, A_log, norm, out_proj."""
-    v_heads, _, v_dim = layer.state_shape
-    value_dim = v_heads * v_dim
-    return (hidden * (layer.conv_channels + value_dim + 2 * v_heads) + layer.conv_channels * layer.conv_kernel
-            + 2 * v_heads + v_dim + value_dim * hidden)
-
-
-def _kda_params(layer: LinearLayer, hidden: int) -> int:
-    """Kimi Delta Attention: q/k/v projections and their short convs, the low-rank forget gate (f_a, f_b,
-    dt_bias, A_log) and output gate (g_a, g_b), the beta projection, the output norm and projection."""
-    heads, head_dim, _ = layer.state_shape
-    width = heads * head_dim
-    return (3 * hidden * width + layer.conv_channels * layer.conv_kernel + 2 * (hidden * head_dim + head_dim * width)
-            + width + heads + hidden * heads + head_dim + width * hidden)
-
-
-def _lightning_params(layer: LinearLayer, hidden: int) -> int:
-    """MiniMax lightning attention: qkv_proj, output_gate, out_proj, the RMSNorm over heads x head_dim."""
-    width = layer.num_heads * layer.state_shape[1]
-    return hidden * 3 * width + hidden * width + width * hidden + width
-
-
-def _short_conv_params(layer: LinearLayer, hidden: int, conv_bias: bool) -> int:
-    """LFM2 short conv: in_proj (B, C, x), depthwise conv, out_proj."""
-    return hidden * 3 * hidden + hidden * layer.conv_kernel + (hidden if conv_bias else 0) + hidden * hidden
-
-
-def _lfm2_ff(cfg: _Cfg) -> int:
-    """transformers Lfm2MLP: int(2/3 x ff), times the multiplier, rounded up to block_multiple_of."""
-    width = cfg.int("intermediate_size", "block_ff_dim", default=12288)
-    if cfg.bool("block_auto_adjust_ff_dim", True):
-        width = int(2 * width / 3)
-        multiplier = cfg.get("block_ffn_dim_multiplier", 1.0)
-        if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool) or not 0 < multiplier <= 64:
-            raise ConfigError(f"{cfg.origin}: block_ffn_dim_multiplier must be a number in (0, 64]")
-        width = int(multiplier * width)
-        step = cfg.int("block_multiple_of", default=256)
-        width = step * ((width + step - 1) // step)
-    return width
-
+# -- weights: kvplan.io.families.hybrid_weights ------------------------------------------------------
 
 def arch(cfg: _Cfg, model_type: str, *, layers: tuple[Layer, ...], hidden: int) -> ArchShape | None:
-    if not cfg.has("vocab_size"):
-        return None
-    n = len(layers)
-    linear = next((x for x in layers if isinstance(x, LinearLayer)), None)
-    vocab = cfg.int("vocab_size")
-    common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden,
-                                  tie_word_embeddings=cfg.bool("tie_word_embeddings", False),
-                                  qkv_bias=cfg.bool("attention_bias", False), o_bias=cfg.bool("attention_bias", False))
-    if model_type == "kimi_linear":
-        first = cfg.int("first_k_dense_replace", default=1, minimum=0)
-        freq = cfg.int("moe_layer_freq", default=1)
-        expert = cfg.int("moe_intermediate_size")
-        moe = MoEShape(num_experts=cfg.int("num_experts", "num_local_experts", default=256),
-                       experts_per_token=cfg.int("num_experts_per_token", "num_experts_per_tok", default=8),
-                       expert_intermediate=expert,
-                       shared_intermediate=cfg.int("num_shared_experts", "n_shared_experts", default=1, minimum=0) * expert)
-        return ArchShape(**common, intermediate_size=cfg.int("intermediate_size"), moe=moe,
-                         moe_layers=tuple(i >= first and i % freq == 0 for i in range(n)),
-                         linear_layer_params=_kda_params(linear, hidden) if linear else 0)
-    if model_type in _MINIMAX:
-        moe = MoEShape(num_experts=cfg.int("num_local_experts"), experts_per_token=cfg.int("num_experts_per_tok"),
-                       expert_intermediate=cfg.int("intermediate_size"))
-        return ArchShape(**common, intermediate_size=cfg.int("intermediate_size"), moe=moe, moe_layers=(True,) * n,
-                         linear_layer_params=_lightning_params(linear, hidden) if linear else 0)
-    if model_type == "nemotron_h":
-        chars = _nemotron_types(cfg, n, [])
-        moe = None
-        if "E" in chars:
-            moe = MoEShape(num_experts=cfg.int("n_routed_experts"), experts_per_token=cfg.int("num_experts_per_tok"),
-                           expert_intermediate=cfg.int("moe_intermediate_size"),
-                           shared_intermediate=cfg.int("n_shared_experts", default=1, minimum=0)
-                           * cfg.int("moe_shared_expert_intermediate_size"), gated=False)
-        bias = cfg.bool("use_bias", False)
-        return ArchShape(**common, gated_mlp=False, intermediate_size=cfg.int("intermediate_size"),
-                         mlp_bias=cfg.bool("mlp_bias", False), moe=moe, moe_layers=tuple(c == "E" for c in chars),
-                         mlp_layers=tuple(c == "-" for c in chars), norms_per_layer=1,
-                         linear_layer_params=_mamba2_params(linear, hidden, conv_bias=cfg.bool("use_conv_bias", True),
-                                                            proj_bias=bias, norm=True) if linear else 0)
-    if model_type in ("granitemoehybrid", "bamba"):
-        mamba = dict(conv_bias=cfg.bool("mamba_conv_bias", True), proj_bias=cfg.bool("mamba_proj_bias", False),
-                     norm=True)
-        experts = cfg.int("num_local_experts", default=0, minimum=0)
-        moe = None
-        if experts:
-            moe = MoEShape(num_experts=experts, experts_per_token=cfg.int("num_experts_per_tok"),
-                           expert_intermediate=cfg.int("intermediate_size"),
-                           shared_intermediate=cfg.int("shared_intermediate_size", default=0, minimum=0))
-        width = cfg.int("shared_intermediate_size", default=0, minimum=0) if model_type == "granitemoehybrid" \
-            else cfg.int("intermediate_size")
-        return ArchShape(**common, intermediate_size=cfg.int("intermediate_size") if model_type == "bamba" else width,
-                         moe=moe, moe_layers=(True,) * n if moe else (),
-                         linear_layer_params=_mamba2_params(linear, hidden, **mamba) if linear else 0)
-    if model_type == "falcon_h1":
-        return ArchShape(**common, intermediate_size=cfg.int("intermediate_size"), mlp_bias=cfg.bool("mlp_bias", False),
-                         linear_layer_params=_mamba2_params(
-                             linear, hidden, conv_bias=cfg.bool("mamba_conv_bias", True),
-                             proj_bias=cfg.bool("mamba_proj_bias", False),
-                             norm=cfg.bool("mamba_rms_norm", False)) if linear else 0)
-    if model_type == "lfm2":
-        tie = cfg.bool("tie_word_embeddings", cfg.bool("tie_embedding", True))
-        return ArchShape(**{**common, "tie_word_embeddings": tie}, intermediate_size=_lfm2_ff(cfg),
-                         linear_layer_params=_short_conv_params(linear, hidden, cfg.bool("conv_bias", False))
-                         if linear else 0)
-    # Qwen3.5 (dense and MoE): the full-attention q_proj also produces the output gate (attn_output_gate),
-    # so a query head is 2 x head_dim wide; the MoE's shared expert has Qwen's sigmoid gate.
-    head_dim = next((x.k_head_dim for x in layers if isinstance(x, AttentionLayer)), 0)
-    gate = cfg.bool("attn_output_gate", True)
-    moe = None
-    if model_type in ("qwen3_5_moe", "qwen3_5_moe_text"):
-        shared = cfg.int("shared_expert_intermediate_size", default=0, minimum=0)
-        moe = MoEShape(num_experts=cfg.int("num_experts"), experts_per_token=cfg.int("num_experts_per_tok"),
-                       expert_intermediate=cfg.int("moe_intermediate_size"), shared_intermediate=shared,
-                       shared_gate=bool(shared))
-    dense = set(cfg.int_list("mlp_only_layers"))
-    return ArchShape(**common, q_head_dim=2 * head_dim if gate else 0,
-                     intermediate_size=cfg.int("intermediate_size", default=0, minimum=0), moe=moe,
-                     moe_layers=tuple(i not in dense for i in range(n)) if moe else (),
-                     linear_layer_params=_gdn_params(linear, hidden) if linear else 0)
+    """The weight shape of a hybrid model, None where the config gives no vocab_size."""
+    from kvplan.io.families.hybrid_weights import arch_shape  # imported here: it reads _nemotron_types from here
+
+    return arch_shape(cfg, model_type, layers=layers, hidden=hidden)

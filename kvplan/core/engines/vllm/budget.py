@@ -219,10 +219,11 @@ def _requested(memory_bytes: int, utilization: float) -> int:
 def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], binding: Stage) -> Capacity:
     """Blocks, fit check and capacity from vLLM's KV planning over the stages' layouts."""
     v: _Settings = setup.engine
-    rules, spec, util, max_len, in_flight = v.rules, req.spec, setup.utilization, setup.max_model_len, v.in_flight_tokens
+    rules, util, max_len = v.rules, setup.utilization, setup.max_model_len
     subtract_graphs = rules.cuda_graphs.subtracted
-    plan = plan_stages([(p.layout, p.stage.kv_bytes) for p in pools], rules, max_len, in_flight_tokens=in_flight,
-                       num_gpu_blocks_override=req.num_gpu_blocks_override, auto_fit=req.auto_fit_max_model_len)
+    plan = plan_stages([(p.layout, p.stage.kv_bytes) for p in pools], rules, max_len,
+                       in_flight_tokens=v.in_flight_tokens, num_gpu_blocks_override=req.num_gpu_blocks_override,
+                       auto_fit=req.auto_fit_max_model_len)
     layout = plan.layout
     assert layout is not None
     blocks = plan.num_blocks
@@ -234,6 +235,31 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     usable = max(0, blocks - 1) if rules.v1 else blocks  # V1's block pool keeps block 0 as the null block
     kv, memory, c = binding.kv_bytes, binding.memory_bytes, binding.components
     requested = _requested(memory, util)
+    reasons = _capacity_reasons(req, v, plan, binding, util=util, max_len=max_len)
+    notes += _plan_notes(req, setup, pools, layout, c)
+    return Capacity(
+        stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.min_block_size,
+        page_size_bytes=layout.pool_block_bytes, num_blocks=blocks,
+        kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size, max_concurrency=plan.max_concurrency,
+        max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
+        # given KV memory: the skeleton's unused (what the components and the KV memory leave)
+        unused=max(0, memory - requested - (0 if subtract_graphs else c.cuda_graph))
+        if req.kv_cache_memory_bytes is None else None,
+        settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
+                  "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
+                  "cuda_graph_sizes": len(v.graphs)},
+        notes=tuple(notes), usable_blocks=usable, logged_kv_cache_tokens=plan.logged_kv_cache_tokens,
+        logged_capacity_rule=plan.logged_capacity_rule, pool_plan=plan,
+    )
+
+
+def _capacity_reasons(req: FitRequest, v: _Settings, plan: VLLMPlan, binding: Stage, *, util: float,
+                      max_len: int) -> list[str]:
+    """Why vLLM would not start: no KV memory, no room for one request of max_model_len, or (before 0.20) no room
+    left for the CUDA graphs."""
+    kv, memory, c = binding.kv_bytes, binding.memory_bytes, binding.components
+    requested = _requested(memory, util)
+    subtract_graphs = v.rules.cuda_graphs.subtracted
     reasons = []
     if kv <= 0:
         graphs_txt = f" + CUDA graphs {c.cuda_graph / GiB:.2f} GiB" if subtract_graphs else ""
@@ -242,16 +268,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
                        f"{util} x {memory / GiB:.2f} GiB = {requested / GiB:.2f} GiB "
                        f"(short by {-kv / GiB:.2f} GiB)")
     elif not plan.fits:
-        short = [(st.layout.bytes_needed(max_len, in_flight), st.planning_bytes) for st in plan.stages
-                 if st.layout is not None and st.layout.bytes_needed(max_len, in_flight) > st.planning_bytes]
-        needed, avail = short[0] if short else (0, 0)
-        if max_len <= 0:
-            reasons.append(f"no context fits: one block per layer group needs {layout.pool_block_bytes / GiB:.2f} GiB "
-                           f"of KV cache, {max(0, avail) / GiB:.2f} GiB available")
-        else:
-            reasons.append(f"one request of max_model_len {max_len} needs {needed / GiB:.2f} GiB of KV cache, "
-                           f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits: --max-model-len "
-                           f"{plan.estimated_max_model_len}")
+        reasons.append(_no_fit_reason(plan, max_len, v.in_flight_tokens))
     slack = memory - requested
     if v.graphs and not subtract_graphs and req.kv_cache_memory_bytes is None and c.cuda_graph > slack:
         # before 0.20 the KV cache takes the whole budget first; the graphs are captured afterwards in what is
@@ -259,6 +276,31 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
         reasons.append(f"CUDA graphs ({len(v.graphs)} batch sizes, {c.cuda_graph / GiB:.2f} GiB) are captured after "
                        f"the KV cache fills {util} of the GPU, in the {max(0, slack) / GiB:.2f} GiB left: lower "
                        "--gpu-memory-utilization, --max-num-seqs, or --enforce-eager")
+    return reasons
+
+
+def _no_fit_reason(plan: VLLMPlan, max_len: int, in_flight: int) -> str:
+    """vLLM's refusal when one request of max_model_len does not fit the KV memory of a stage."""
+    layout = plan.layout
+    assert layout is not None
+    short = [(st.layout.bytes_needed(max_len, in_flight), st.planning_bytes) for st in plan.stages
+             if st.layout is not None and st.layout.bytes_needed(max_len, in_flight) > st.planning_bytes]
+    needed, avail = short[0] if short else (0, 0)
+    if max_len <= 0:
+        return (f"no context fits: one block per layer group needs {layout.pool_block_bytes / GiB:.2f} GiB "
+                f"of KV cache, {max(0, avail) / GiB:.2f} GiB available")
+    return (f"one request of max_model_len {max_len} needs {needed / GiB:.2f} GiB of KV cache, "
+            f"{max(0, avail) / GiB:.2f} GiB available; the longest that fits: --max-model-len "
+            f"{plan.estimated_max_model_len}")
+
+
+def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: KVLayout,
+                c: Components) -> list[str]:
+    """What the fit result says about vLLM's grouping, the pool's block, the settings that change them, and when
+    the CUDA graphs are captured."""
+    v: _Settings = setup.engine
+    rules, spec = v.rules, req.spec
+    notes = []
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
@@ -283,20 +325,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
                      "the KV cache " + ("is allocated, from the 1 - utilization slack" if rules.cuda_graphs is CudaGraphs.AFTER_KV
                                         else "is sized: estimated and logged, not subtracted unless VLLM_MEMORY_"
                                         "PROFILER_ESTIMATE_CUDAGRAPHS=1"))
-    return Capacity(
-        stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.min_block_size,
-        page_size_bytes=layout.pool_block_bytes, num_blocks=blocks,
-        kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size, max_concurrency=plan.max_concurrency,
-        max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
-        # given KV memory: the skeleton's unused (what the components and the KV memory leave)
-        unused=max(0, memory - requested - (0 if subtract_graphs else c.cuda_graph))
-        if req.kv_cache_memory_bytes is None else None,
-        settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
-                  "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
-                  "cuda_graph_sizes": len(v.graphs)},
-        notes=tuple(notes), usable_blocks=usable, logged_kv_cache_tokens=plan.logged_kv_cache_tokens,
-        logged_capacity_rule=plan.logged_capacity_rule, pool_plan=plan,
-    )
+    return notes
 
 
 def _attention_free(req: FitRequest, setup: Setup, binding: Stage) -> Capacity:

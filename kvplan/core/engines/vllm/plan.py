@@ -158,16 +158,17 @@ def mamba_state_blocks(rules: VLLMRules, mamba_cache_mode: str, num_speculative_
     return (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
 
 
-def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDtype, model_dtype: str,
-                 block_size: int, tp: int = 1, requested_block_size: int | None = None, hybrid: bool = True,
-                 mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, name: str = "model") -> KVLayout | None:
-    """vLLM's grouping of one pipeline stage's layers into block-table groups (None: no layer holds KV)
-    (vllm/v1/core/kv_cache_utils.py::get_kv_cache_groups). Without the hybrid manager every attention
-    layer is sized as full attention."""
+@dataclass(frozen=True, kw_only=True)
+class _Buckets:
+    """A stage's KV layers bucketed by spec: (kind, window, bytes per token or Mamba page) -> the layers."""
+
+    members: dict[tuple, list[Layer]]
+    has_mla: bool
+
+
+def _bucket_layers(layers: list[Layer] | tuple[Layer, ...], *, kv_dtype: KVDtype, model_dtype: str, tp: int,
+                   hybrid: bool) -> _Buckets:
     eng = get_engine("vllm")
-    v4 = [layer for layer in layers if isinstance(layer, CompressedLayer)]
-    if v4:
-        return v4_layout(v4)
     buckets: dict[tuple, list[Layer]] = {}
     has_mla = False
     for layer in layers:
@@ -187,37 +188,61 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
         else:
             continue
         buckets.setdefault(key, []).append(layer)
-    if not buckets:
-        return None
-    state_blocks = mamba_state_blocks(rules, mamba_cache_mode, num_speculative_tokens)
-    types = {(kind, window) for kind, window, _ in buckets}
-    if rules.uniform_type_group and len(buckets) > 1 and len(types) == 1:
-        # One type, different pages (head sizes, KV heads): one group whose block costs every layer's page.
-        ((kind, window),) = types
-        pages = [block_size * tok for (_, _, tok), members in buckets.items() for _ in members]
-        bucket = Bucket(kind=kind, window=window, block_size=block_size, num_layers=len(pages), num_groups=1,
-                        state_blocks=state_blocks)
-        return KVLayout(page_bytes=sum(pages), group_size=1, buckets=(bucket,), tensor_pages=tuple(pages))
-    attn_tok = max((k[2] for k in buckets if k[0] is not LayerKind.LINEAR), default=0)
-    linear_bytes = max((k[2] for k in buckets if k[0] is LayerKind.LINEAR), default=0)
+    return _Buckets(members=buckets, has_mla=has_mla)
+
+
+def _uniform_type_layout(buckets: dict[tuple, list[Layer]], block_size: int, state_blocks: int) -> KVLayout:
+    """One type, different pages (head sizes, KV heads): one group whose block costs every layer's page."""
+    ((kind, window),) = {(kind, window) for kind, window, _ in buckets}
+    pages = [block_size * tok for (_, _, tok), members in buckets.items() for _ in members]
+    bucket = Bucket(kind=kind, window=window, block_size=block_size, num_layers=len(pages), num_groups=1,
+                    state_blocks=state_blocks)
+    return KVLayout(page_bytes=sum(pages), group_size=1, buckets=(bucket,), tensor_pages=tuple(pages))
+
+
+def _unified_page(buckets: _Buckets, block_size: int, requested_block_size: int | None) -> tuple[int, int]:
+    """(attention block size, page bytes) once the Mamba and attention pages are unified."""
+    attn_tok = max((k[2] for k in buckets.members if k[0] is not LayerKind.LINEAR), default=0)
+    linear_bytes = max((k[2] for k in buckets.members if k[0] is LayerKind.LINEAR), default=0)
     if linear_bytes and attn_tok:
         # Attention block size = 16 x cdiv(mamba page, 16 x attention bytes per token); the mamba page is
         # padded to match (vllm/platforms/interface.py). MLA hybrids (Kimi-Linear) align to 128 tokens
         # (0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size, "if model_config.use_mla").
-        align = max(KERNEL_BLOCK_ALIGN, requested_block_size or 0, MLA_HYBRID_BLOCK_ALIGN if has_mla else 0)
+        align = max(KERNEL_BLOCK_ALIGN, requested_block_size or 0, MLA_HYBRID_BLOCK_ALIGN if buckets.has_mla else 0)
         block_size = align * cdiv(linear_bytes, align * attn_tok)
-        page = block_size * attn_tok
-    elif linear_bytes:
-        page = linear_bytes
-    else:
-        page = block_size * attn_tok
-    counts = [len(v) for v in buckets.values()]
+        return block_size, block_size * attn_tok
+    if linear_bytes:
+        return block_size, linear_bytes
+    return block_size, block_size * attn_tok
+
+
+def _group_size(counts: list[int]) -> int:
+    """Layers per group: all of one type's; for hybrids the fewest of a type, or the most when within 1.5x."""
     if len(counts) == 1:
-        group_size = counts[0]
-    else:
-        group_size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+        return counts[0]
+    return max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+
+
+def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDtype, model_dtype: str,
+                 block_size: int, tp: int = 1, requested_block_size: int | None = None, hybrid: bool = True,
+                 mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, name: str = "model") -> KVLayout | None:
+    """vLLM's grouping of one pipeline stage's layers into block-table groups (None: no layer holds KV)
+    (vllm/v1/core/kv_cache_utils.py::get_kv_cache_groups). Without the hybrid manager every attention
+    layer is sized as full attention."""
+    v4 = [layer for layer in layers if isinstance(layer, CompressedLayer)]
+    if v4:
+        return v4_layout(v4)
+    buckets = _bucket_layers(layers, kv_dtype=kv_dtype, model_dtype=model_dtype, tp=tp, hybrid=hybrid)
+    if not buckets.members:
+        return None
+    state_blocks = mamba_state_blocks(rules, mamba_cache_mode, num_speculative_tokens)
+    types = {(kind, window) for kind, window, _ in buckets.members}
+    if rules.uniform_type_group and len(buckets.members) > 1 and len(types) == 1:
+        return _uniform_type_layout(buckets.members, block_size, state_blocks)
+    block_size, page = _unified_page(buckets, block_size, requested_block_size)
+    group_size = _group_size([len(v) for v in buckets.members.values()])
     out = []
-    for (kind, window, tok_bytes), members in buckets.items():
+    for (kind, window, tok_bytes), members in buckets.members.items():
         if kind is LayerKind.LINEAR:
             bucket_block = block_size
         else:

@@ -2,167 +2,29 @@
 
 Every change point was found by reading the released sdists from PyPI (0.6.2 to 0.33.0, every release;
 0.15.x has none); docs/engine-versions-research.md has each rule with its file, function and line.
-Each profile below is the previous one with what changed replaced.
+Each profile below is the previous one with what changed replaced. The rules' types (VLLMRules, its enums,
+BlockSizeRule) are defined in rules.py and imported from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from enum import Enum
 
-from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap
+from kvplan.core.engines.vllm.rules import (  # noqa: F401  (imported from here: the rules' types and their values)
+    BatchDefaults,
+    BlockSizeRule,
+    Budget,
+    CapacityLog,
+    Capture,
+    CudaGraphs,
+    MlaGivenBlock,
+    VLLMRules,
+)
+from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap  # noqa: F401
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.profiles import EngineProfile, chain
 from kvplan.core.units import GiB
 from kvplan.errors import InputError
-
-
-@dataclass(frozen=True, kw_only=True)
-class BlockSizeRule:
-    """The ``--block-size`` values a release starts with on CUDA: those its argument parser takes, less those its
-    CUDA attention kernels refuse at startup (docs/engine-versions-research.md, section 7, "Block sizes")."""
-
-    choices: tuple[int, ...]  # what --block-size parses to; (): any positive integer
-    choices_source: str  # "release: file::function" of the parser's rule
-    # The CUDA attention backends take a multiple of cuda_multiple_of, or one of cuda_also (V0: XFormers'
-    # paged-attention kernel), up to cuda_max (0: no cap).
-    cuda_multiple_of: int = 1
-    cuda_also: tuple[int, ...] = ()
-    cuda_max: int = 0
-    cuda_source: str = ""  # "release: file::function" of the CUDA rule
-
-    def on_cuda(self, block_size: int) -> bool:
-        return ((block_size % self.cuda_multiple_of == 0 or block_size in self.cuda_also)
-                and not (self.cuda_max and block_size > self.cuda_max))
-
-    def allows(self, block_size: int) -> bool:
-        parsed = block_size in self.choices if self.choices else block_size >= 1
-        return parsed and self.on_cuda(block_size)
-
-    def valid(self) -> tuple[int, ...]:
-        """The sizes that start on CUDA, or the first few when any multiple does."""
-        if self.choices:
-            return tuple(b for b in self.choices if self.on_cuda(b))
-        step = self.cuda_multiple_of
-        return tuple(sorted({*self.cuda_also, *(step * i for i in range(1, 5))}))
-
-    def describe(self) -> str:
-        """One line: the sizes that start on CUDA, then the parser's and CUDA's rules with their sources."""
-        sizes = ", ".join(map(str, self.valid())) if self.choices else f"any multiple of {self.cuda_multiple_of}"
-        parsed = ", ".join(map(str, self.choices)) if self.choices else "any positive integer"
-        cuda = f"a multiple of {self.cuda_multiple_of}" + "".join(f" or {b}" for b in self.cuda_also)
-        if self.cuda_max:
-            cuda += f", at most {self.cuda_max}"
-        return f"{sizes} (--block-size takes {parsed}, {self.choices_source}; CUDA needs {cuda}, {self.cuda_source})"
-
-    def suggestion(self) -> str:
-        sizes = ", ".join(map(str, self.valid()))
-        return f"use one of {sizes}" if self.choices else f"use {sizes} or another multiple of {self.cuda_multiple_of}"
-
-
-class Budget(str, Enum):
-    """What the KV budget charges (docs/engine-versions-research.md section 1)."""
-
-    FREE_DELTA = "free_delta"  # total x util - (free at start - free after the profile run)        (<= 0.6.3)
-    DEVICE_USED = "device_used"  # total x util - (torch peak + device used - torch allocated)     (0.6.4; V1 0.8-0.9.0)
-    COMPONENTS = "components"  # total x util - (weights + activation peak + non-torch increase) (0.6.5 V0; V1 0.9.1-0.26)
-    CONSUMED = "consumed"  # total x util - (free at start - free after + torch peak - allocated) (0.27+)
-
-
-class CudaGraphs(str, Enum):
-    AFTER_KV = "after_kv"  # captured after the KV cache is allocated, out of the 1 - utilization slack
-    ESTIMATED = "estimated_not_subtracted"  # estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_..._CUDAGRAPHS=1
-    SUBTRACTED = "subtracted"  # estimated and subtracted from the KV budget by default
-
-    @property
-    def subtracted(self) -> bool:
-        return self is CudaGraphs.SUBTRACTED
-
-
-class CapacityLog(str, Enum):
-    """What "GPU KV cache size: N tokens" means."""
-
-    NUM_BLOCKS = "num_blocks"  # V0 logs '# GPU blocks' only
-    BLOCKS_X_BLOCK = "blocks_x_block"  # num_blocks x block_size
-    BLOCKS_PER_GROUP = "blocks_per_group"  # num_blocks // groups x block_size
-    CONCURRENCY_X_LEN = "concurrency_x_len"  # int(max concurrency x max_model_len)
-
-
-class Capture(str, Enum):
-    """Which CUDA-graph batch sizes are captured (capture_sizes below)."""
-
-    V0 = "v0"
-    V1_512 = "v1_512"
-    V1_2X_SEQS = "v1_2x_seqs"
-    V1_2X_SEQS_STEP16 = "v1_2x_seqs_step16"
-
-
-class BatchDefaults(str, Enum):
-    """The default max_num_batched_tokens / max_num_seqs table (batch_defaults below)."""
-
-    V0 = "v0"
-    V1_0_8_0 = "v1_0.8.0"
-    V1_0_8_4 = "v1_0.8.4"
-    V1_0_8_5 = "v1_0.8.5"
-    V1_0_9 = "v1_0.9"
-    V1_0_28 = "v1_0.28"
-
-
-class MlaGivenBlock(str, Enum):
-    """What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default."""
-
-    KEPT = "kept"
-    REPLACED = "replaced"  # by mla_block_size, whatever it is
-    UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
-
-
-# Typed fields read from the table below as their names (each value checked when the rules are built).
-_ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
-          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock}
-
-
-@dataclass(frozen=True, kw_only=True)
-class VLLMRules:
-    v1: bool  # the release's default engine is V1
-    # From model, GPU and settings alone the budgets come to the same sum; they differ in what else they charge
-    # (other processes' memory: device_used) and in what the startup log prints.
-    budget: Budget
-    default_utilization: float
-    cuda_graphs: CudaGraphs
-    kv_cache_memory_bytes: bool  # --kv-cache-memory-bytes exists
-    null_block_in_fit: bool  # the fit check and max-model-len search leave one block for the null block
-    capacity_log: CapacityLog
-    capture: Capture
-    batch_defaults: BatchDefaults
-    mla_block_size: int  # the KV block size forced for MLA models
-    mla_given_block: MlaGivenBlock = MlaGivenBlock.KEPT
-    block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
-    override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
-    hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
-    # Layers of one attention type whose pages differ (other head sizes or KV heads) form one group
-    # whose block costs the sum of their pages (UniformTypeKVCacheSpecs); before, pages were unified.
-    uniform_type_group: bool = False
-    auto_fit: bool = False  # max_model_len = -1 picks the longest that fits
-    # --mamba-cache-mode: a Mamba layer holds 1 + speculative blocks a request (none) or 2 + speculative
-    # (align, with prefix caching); before, one block.
-    mamba_cache_modes: bool = False
-    layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
-    scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
-
-    def __post_init__(self) -> None:
-        for name, kind in _ENUMS.items():  # the table names them; a misspelt one fails here, at import
-            object.__setattr__(self, name, kind(getattr(self, name)))
-
-    @property
-    def async_default(self) -> bool:
-        """Async scheduling on by default (2 batches in flight)."""
-        return self.scheduler.async_default
-
-    @property
-    def in_flight_admission(self) -> bool:
-        """Sliding/chunked layers admit max_in_flight_tokens, not one batch (the scheduler's admission cap)."""
-        return self.scheduler.window_cap_in_flight
 
 
 _OLDEST = VLLMRules(
@@ -183,205 +45,215 @@ _ARGS = "{}: vllm/engine/arg_utils.py::EngineArgs.add_cli_args"
 _V1_FLASH_ATTN = "0.8.0: vllm/v1/attention/backends/flash_attn.py::FlashAttentionBackend.get_kv_cache_shape"
 
 
-def _profiles() -> tuple[EngineProfile, ...]:
-    entries = []
-    rules = _OLDEST
+class _ReleaseTable:
+    """The table below as it reads: each ``at`` is the previous release's rules with what changed replaced."""
 
-    def at(version: str, changes: tuple[str, ...], **changed: object) -> None:
-        nonlocal rules
-        rules = dataclasses.replace(rules, **changed)
-        entries.append((version, rules, changes))
+    def __init__(self, oldest: VLLMRules) -> None:
+        self.rules = oldest
+        self.entries: list[tuple[str, VLLMRules, tuple[str, ...]]] = []
 
-    def blocks(**changed: object) -> BlockSizeRule:
-        return dataclasses.replace(rules.block_sizes, **changed)
+    def at(self, version: str, changes: tuple[str, ...], **changed: object) -> None:
+        self.rules = dataclasses.replace(self.rules, **changed)
+        self.entries.append((version, self.rules, changes))
 
-    def sched(version: str, **changed: object) -> SchedulerRules:
-        return dataclasses.replace(rules.scheduler, release=version, **changed)
+    def blocks(self, **changed: object) -> BlockSizeRule:
+        """The previous release's --block-size rule with ``changed`` replaced."""
+        return dataclasses.replace(self.rules.block_sizes, **changed)
 
-    at("0.6.2", (
-        "the V0 engine; KV = total x util - (free at start - free after the profile run) "
-        "(0.6.3: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
-        "CUDA graphs are captured after the KV cache is allocated, out of the 1 - utilization slack",
-        "logs '# GPU blocks: N' only; max_num_seqs 256, max_num_batched_tokens max(max_model_len, 2048)",
-        "--block-size takes 8, 16 or 32 (0.6.2: vllm/engine/arg_utils.py::EngineArgs.add_cli_args, choices); "
-        "FlashAttention runs multiples of 16, XFormers 8 (vllm/attention/selector.py::which_attn_to_use)",
-    ))
-    at("0.6.4", ("the peak counts device-wide used memory, so other processes' memory is charged "
-                 "(0.6.4: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
-                 "logs one 'Memory profiling results: ...' line",
-                 "--block-size also takes 64 and 128 (0.6.4: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
-       budget="device_used", block_sizes=blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.4")))
-    at("0.6.5", ("KV = total x util - (weights + activation peak increase + non-torch increase) "
-                 "(0.6.5: vllm/worker/worker.py with vllm/utils.py::memory_profiling)",
-                 "logs 'model weights take ...; non_torch_memory takes ...; PyTorch activation peak memory takes "
-                 "...'",
-                 "--block-size takes 8, 16 or 32 again (0.6.5: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
-       budget="components", block_sizes=blocks(choices=(8, 16, 32), choices_source=_ARGS.format("0.6.5")))
-    at("0.6.6", ("--block-size takes 8 to 128, but CUDA refuses more than 32: 'CUDA Paged Attention kernel only "
-                 "supports block sizes up to 32' (0.6.6: vllm/config.py::CacheConfig._verify_args)",),
-       block_sizes=blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.6"), cuda_max=32,
-                           cuda_source="0.6.6: vllm/config.py::CacheConfig._verify_args"))
-    at("0.7.0", ("the 32-token cap is gone: 64 and 128 run on FlashAttention "
-                 "(0.7.0: vllm/config.py::CacheConfig._verify_args; vllm/platforms/cuda.py::"
-                 "CudaPlatformBase.get_attn_backend_cls)",),
-       block_sizes=blocks(cuda_max=0,
-                           cuda_source="0.7.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls"))
-    at("0.8.0", ("the V1 engine is the default (vllm/envs.py VLLM_USE_V1 '1'); its budget charges device-wide "
-                 "used memory again (0.8.0: vllm/v1/worker/gpu_worker.py::Worker.determine_available_memory)",
-                 "logs 'GPU KV cache size: num_blocks x block_size tokens' and 'Maximum concurrency'",
-                 "captures batch sizes 1, 2, 4, 8..512 step 8 up to max_num_batched_tokens (vllm/config.py)",
-                 "max_num_seqs 1024 on every GPU; max_num_batched_tokens 8192 on H100/H200, else 2048 "
-                 "(0.8.0: vllm/engine/arg_utils.py)",
-                 "block sizes must be multiples of 16 on CUDA: 8 is refused at startup, 'Block size must be a "
-                 "multiple of 16.' (0.8.0: vllm/v1/attention/backends/flash_attn.py::"
-                 "FlashAttentionBackend.get_kv_cache_shape)"),
-       v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0",
-       block_sizes=blocks(cuda_also=(), cuda_source=_V1_FLASH_ATTN))
-    at("0.8.4", ("max_num_seqs 1024 on H100/H200 only, else 256 (0.8.4: vllm/engine/arg_utils.py)",),
-       batch_defaults="v1_0.8.4")
-    at("0.8.5", ("the large batch defaults go by device memory (>= 70 GiB), not the GPU's name "
-                 "(0.8.5: vllm/engine/arg_utils.py)",
-                 "--block-size takes BlockSize = Literal[1, 8, 16, 32, 64, 128] "
-                 "(0.8.5: vllm/config.py::CacheConfig.block_size; arg_utils.py::get_kwargs makes it the choices); "
-                 "CUDA still needs a multiple of 16"),
-       batch_defaults="v1_0.8.5",
-       block_sizes=blocks(choices=(1, *_V0_BLOCKS), choices_source="0.8.5: vllm/config.py::CacheConfig.block_size"))
-    at("0.9.0", ("MLA models use 64-token blocks (FlashMLA; 0.9.0: vllm/platforms/cuda.py)",
-                 "an MLA model's --block-size is replaced by 64: 'Forcing kv cache block size to 64 for FlashMLA "
-                 "backend' (0.9.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
-                 "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
-                 "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
-                 "A100s no longer get the large batch defaults"),
-       mla_block_size=64, mla_given_block="replaced", batch_defaults="v1_0.9")
-    at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
-                 "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
-                 "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "
-                 "(--disable-hybrid-kv-cache-manager turns it off)",
-                 "maximum concurrency counts every layer group's blocks "
-                 "(0.9.1: kv_cache_utils.py::get_max_concurrency_for_kv_cache_config)"),
-       budget="components", hybrid_manager=True)
-    at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
-                  "(0.10.0: vllm/config.py::SchedulerConfig.__post_init__)",), capture="v1_2x_seqs")
-    at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
-       kv_cache_memory_bytes=True)
-    at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
-                  "(0.11.0: vllm/v1/core/kv_cache_utils.py)",
-                  "layers of one type with different page sizes share one group, a block costing the sum of "
-                  "their pages (0.11.0: kv_cache_interface.py::UniformTypeKVCacheSpecs; absent in 0.10.2)",
-                  "--kv-cache-dtype fp8_ds_mla: 656 B per token per sparse-MLA layer "
-                  "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)",
-                  "scheduler: the oldest v1 scheduler kvplan simulates (kvplan/core/engines/vllm/scheduler_rules.py "
-                  "V1_BASELINE): no whole-sequence admission gate, freed blocks appended to the free queue "
-                  "(0.11.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks), long_prefill_token_threshold on "
-                  "every chunk, async scheduling off by default and one more decode scheduled for a request whose "
-                  "last token is in flight (0.11.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)"),
-       capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",),
-       scheduler=sched("0.11.0"))
-    at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
-                  "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
-                  "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
-                  "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
-                  "no attention kernel block divides: 'No common block size for 8' "
-                  "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)",
-                  "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
-                  "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
-                  "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
-       scheduler=sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
-       mla_given_block="unless_multiple",
-       block_sizes=blocks(choices=(1, *_V0_BLOCKS, 256),
-                           choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
-                           cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
-                                        "GPUModelRunner.select_common_block_size")))
-    at("0.14.0", ("scheduler: async scheduling on by default, two batches in flight "
-                  "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
-                  "max_model_len = -1 fits the longest context the KV memory holds "
-                  "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"),
-       scheduler=sched("0.14.0", async_default=True), auto_fit=True)
-    at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
-                  "num_speculative_blocks with 'align' (prefix caching) "
-                  "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
-       mamba_cache_modes=True)
-    at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
-                  "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
-                  "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",
-                  "the BlockSize literal is gone: --block-size takes any integer (0.18.0: vllm/config/cache.py::"
-                  "CacheConfig.block_size); on CUDA any multiple of 16 (48, 80, 512) starts, others find 'No valid "
-                  "attention backend' (0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
-                  "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size)",
-                  "an MLA model's --block-size is no longer replaced: it picks among the MLA backends that take it "
-                  "(0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)"),
-       cuda_graphs="estimated_not_subtracted", mla_given_block="kept",
-       block_sizes=blocks(choices=(), choices_source="0.18.0: vllm/config/cache.py::CacheConfig.block_size",
-                           cuda_source=("0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
-                                        "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size")))
-    at("0.19.0", ("scheduler: a waiting or preempted request is admitted only if its whole sequence, less prefix "
-                  "hits, fits in the free blocks (scheduler_reserve_full_isl, default True; sliding and chunked "
-                  "groups counted at full length) (0.19.0: vllm/config/scheduler.py; vllm/v1/core/sched/"
-                  "scheduler.py::Scheduler.schedule; vllm/v1/core/kv_cache_manager.py::"
-                  "KVCacheManager.can_fit_full_sequence)",), scheduler=sched("0.19.0", full_sequence_gate=True))
-    at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
-                  "'default since v0.21.0')",
-                  "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)",
-                  "--kv-cache-dtype fp8_per_token_head / int8_per_token_head: the dense page plus 2 x block x "
-                  "kv_heads x 4 B of fp32 scales (0.20.0: kv_cache_interface.py::AttentionSpec.page_size_bytes)",
-                  "scheduler: sliding and chunked groups count at most cdiv(min(W - 1 + max_num_batched_tokens, "
-                  "max_model_len), B) + 1 blocks (chunked: cdiv(min(C + max_num_batched_tokens, max_model_len), "
-                  "B)), in EVERY block count, so a running request past the cap never preempts (0.20.0: "
-                  "vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_admission_blocks_per_request, "
-                  "vllm/v1/core/single_type_kv_cache_manager.py::SingleTypeKVCacheManager."
-                  "get_num_blocks_to_allocate)"),
-       cuda_graphs="subtracted", default_utilization=0.92,
-       layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"),
-       scheduler=sched("0.20.0", window_cap=WindowCap.EVERY_ALLOCATION))
-    at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
-                  "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
-                  "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),
-       capacity_log="concurrency_x_len", override_in_fit=True)
-    at("0.20.2", ("scheduler: the sliding/chunked cap applies at the admission gate only; each step's allocation "
-                  "counts the blocks a request really needs again (0.20.2: vllm/v1/core/"
-                  "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.get_num_blocks_to_allocate "
-                  "apply_admission_cap; vllm/v1/core/kv_cache_manager.py::KVCacheManager.can_fit_full_sequence)",),
-       scheduler=sched("0.20.2", window_cap=WindowCap.ADMISSION))
-    at("0.23.0", ("scheduler, prefix caching: blocks freed behind a window and a sliding-window group's finished "
-                  "blocks without a hash go to the front of the free queue (0.23.0: vllm/v1/core/"
-                  "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.remove_skipped_blocks, "
-                  "SlidingWindowManager.free)",), scheduler=sched("0.23.0", free_order=FreeOrder.WINDOW_UNHASHED_FIRST))
-    at("0.24.0", ("scheduler, prefix caching: every freed block without a hash goes to the front of the free queue, "
-                  "hashed blocks to the back (0.24.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks)",
-                  "scheduler: the watermark option (default 0.0) keeps a share of the pool free at admission "
-                  "(0.24.0: vllm/config/scheduler.py; vllm/v1/core/kv_cache_manager.py::KVCacheManager."
-                  "allocate_slots)"),
-       scheduler=sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True))
-    at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
-                  "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
-                  "max_admission_blocks_per_request)",
-                  "scheduler: the sliding/chunked admission cap counts max_in_flight_tokens (2 x "
-                  "max_num_batched_tokens with async scheduling) (0.26.0: vllm/config/vllm.py::"
-                  "VllmConfig.max_in_flight_tokens); blocks behind a window are freed on the processed tokens, "
-                  "num_computed - num_in_flight_tokens: a batch later with async scheduling (0.26.0: vllm/v1/core/"
-                  "kv_cache_manager.py::KVCacheManager.allocate_slots)"),
-       scheduler=sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True))
-    at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
-                  "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",), budget="consumed")
-    at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
-                  "(0.28.0: vllm/engine/arg_utils.py)",
-                  "scheduler: prefix caching is on by default for hybrid Mamba/linear-attention models, Mamba "
-                  "cache mode align (0.28.0: vllm/engine/arg_utils.py::"
-                  "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode"),
-       batch_defaults="v1_0.28", scheduler=sched("0.28.0", hybrid_prefix_caching_default=True))
-    at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
-                  "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",
-                  "scheduler, prefix caching: sliding-window and Mamba groups cache only checkpoint blocks "
-                  "(prefix_cache_retention_interval 0) (0.29.0: vllm/config/cache.py; vllm/v1/core/"
-                  "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled"),
-       null_block_in_fit=True, scheduler=sched("0.29.0", window_checkpoint_caching=True))
-    at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
-                  "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),
-       scheduler=sched("0.31.0", threshold_needs_company=True))
-    return chain("vllm", "vLLM", entries)
+    def sched(self, version: str, **changed: object) -> SchedulerRules:
+        """The previous release's scheduler rules with ``changed`` replaced, as ``version``'s."""
+        return dataclasses.replace(self.rules.scheduler, release=version, **changed)
 
 
-VLLM_PROFILES = _profiles()
+_table = _ReleaseTable(_OLDEST)
+_table.at("0.6.2", (
+    "the V0 engine; KV = total x util - (free at start - free after the profile run) "
+    "(0.6.3: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
+    "CUDA graphs are captured after the KV cache is allocated, out of the 1 - utilization slack",
+    "logs '# GPU blocks: N' only; max_num_seqs 256, max_num_batched_tokens max(max_model_len, 2048)",
+    "--block-size takes 8, 16 or 32 (0.6.2: vllm/engine/arg_utils.py::EngineArgs.add_cli_args, choices); "
+    "FlashAttention runs multiples of 16, XFormers 8 (vllm/attention/selector.py::which_attn_to_use)",
+))
+_table.at("0.6.4", ("the peak counts device-wide used memory, so other processes' memory is charged "
+                    "(0.6.4: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
+                    "logs one 'Memory profiling results: ...' line",
+                    "--block-size also takes 64 and 128 (0.6.4: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
+          budget="device_used", block_sizes=_table.blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.4")))
+_table.at("0.6.5", ("KV = total x util - (weights + activation peak increase + non-torch increase) "
+                    "(0.6.5: vllm/worker/worker.py with vllm/utils.py::memory_profiling)",
+                    "logs 'model weights take ...; non_torch_memory takes ...; PyTorch activation peak memory takes "
+                    "...'",
+                    "--block-size takes 8, 16 or 32 again (0.6.5: vllm/engine/arg_utils.py::EngineArgs.add_cli_args)"),
+          budget="components", block_sizes=_table.blocks(choices=(8, 16, 32), choices_source=_ARGS.format("0.6.5")))
+_table.at("0.6.6", ("--block-size takes 8 to 128, but CUDA refuses more than 32: 'CUDA Paged Attention kernel only "
+                    "supports block sizes up to 32' (0.6.6: vllm/config.py::CacheConfig._verify_args)",),
+          block_sizes=_table.blocks(choices=_V0_BLOCKS, choices_source=_ARGS.format("0.6.6"), cuda_max=32,
+                                    cuda_source="0.6.6: vllm/config.py::CacheConfig._verify_args"))
+_table.at("0.7.0", ("the 32-token cap is gone: 64 and 128 run on FlashAttention "
+                    "(0.7.0: vllm/config.py::CacheConfig._verify_args; vllm/platforms/cuda.py::"
+                    "CudaPlatformBase.get_attn_backend_cls)",),
+          block_sizes=_table.blocks(cuda_max=0,
+                                    cuda_source="0.7.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls"))
+_table.at("0.8.0", ("the V1 engine is the default (vllm/envs.py VLLM_USE_V1 '1'); its budget charges device-wide "
+                    "used memory again (0.8.0: vllm/v1/worker/gpu_worker.py::Worker.determine_available_memory)",
+                    "logs 'GPU KV cache size: num_blocks x block_size tokens' and 'Maximum concurrency'",
+                    "captures batch sizes 1, 2, 4, 8..512 step 8 up to max_num_batched_tokens (vllm/config.py)",
+                    "max_num_seqs 1024 on every GPU; max_num_batched_tokens 8192 on H100/H200, else 2048 "
+                    "(0.8.0: vllm/engine/arg_utils.py)",
+                    "block sizes must be multiples of 16 on CUDA: 8 is refused at startup, 'Block size must be a "
+                    "multiple of 16.' (0.8.0: vllm/v1/attention/backends/flash_attn.py::"
+                    "FlashAttentionBackend.get_kv_cache_shape)"),
+          v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0",
+          block_sizes=_table.blocks(cuda_also=(), cuda_source=_V1_FLASH_ATTN))
+_table.at("0.8.4", ("max_num_seqs 1024 on H100/H200 only, else 256 (0.8.4: vllm/engine/arg_utils.py)",),
+          batch_defaults="v1_0.8.4")
+_table.at("0.8.5", ("the large batch defaults go by device memory (>= 70 GiB), not the GPU's name "
+                    "(0.8.5: vllm/engine/arg_utils.py)",
+                    "--block-size takes BlockSize = Literal[1, 8, 16, 32, 64, 128] "
+                    "(0.8.5: vllm/config.py::CacheConfig.block_size; arg_utils.py::get_kwargs makes it the choices); "
+                    "CUDA still needs a multiple of 16"),
+          batch_defaults="v1_0.8.5",
+          block_sizes=_table.blocks(choices=(1, *_V0_BLOCKS),
+                                    choices_source="0.8.5: vllm/config.py::CacheConfig.block_size"))
+_table.at("0.9.0", ("MLA models use 64-token blocks (FlashMLA; 0.9.0: vllm/platforms/cuda.py)",
+                    "an MLA model's --block-size is replaced by 64: 'Forcing kv cache block size to 64 for FlashMLA "
+                    "backend' (0.9.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
+                    "the max-model-len estimate (binary search) appears, capped at the configured max_model_len "
+                    "(0.9.0: vllm/v1/core/kv_cache_utils.py::estimate_max_model_len)",
+                    "A100s no longer get the large batch defaults"),
+          mla_block_size=64, mla_given_block="replaced", batch_defaults="v1_0.9")
+_table.at("0.9.1", ("the budget is total x util, refused at startup when free memory is below it; KV = budget - "
+                    "(weights + activation peak + non-torch) (0.9.1: vllm/v1/worker/gpu_worker.py)",
+                    "the hybrid KV cache manager: sliding-window layers free out-of-window blocks "
+                    "(--disable-hybrid-kv-cache-manager turns it off)",
+                    "maximum concurrency counts every layer group's blocks "
+                    "(0.9.1: kv_cache_utils.py::get_max_concurrency_for_kv_cache_config)"),
+          budget="components", hybrid_manager=True)
+_table.at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
+                     "(0.10.0: vllm/config.py::SchedulerConfig.__post_init__)",), capture="v1_2x_seqs")
+_table.at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
+          kv_cache_memory_bytes=True)
+_table.at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
+                     "(0.11.0: vllm/v1/core/kv_cache_utils.py)",
+                     "layers of one type with different page sizes share one group, a block costing the sum of "
+                     "their pages (0.11.0: kv_cache_interface.py::UniformTypeKVCacheSpecs; absent in 0.10.2)",
+                     "--kv-cache-dtype fp8_ds_mla: 656 B per token per sparse-MLA layer "
+                     "(0.11.0: kv_cache_interface.py::MLAAttentionSpec.page_size_bytes)",
+                     "scheduler: the oldest v1 scheduler kvplan simulates (kvplan/core/engines/vllm/scheduler_rules.py "
+                     "V1_BASELINE): no whole-sequence admission gate, freed blocks appended to the free queue "
+                     "(0.11.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks), long_prefill_token_threshold on "
+                     "every chunk, async scheduling off by default and one more decode scheduled for a request whose "
+                     "last token is in flight (0.11.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)"),
+          capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",),
+          scheduler=_table.sched("0.11.0"))
+_table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
+                     "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
+                     "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
+                     "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
+                     "no attention kernel block divides: 'No common block size for 8' "
+                     "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)",
+                     "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
+                     "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
+                     "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
+          scheduler=_table.sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
+          mla_given_block="unless_multiple",
+          block_sizes=_table.blocks(choices=(1, *_V0_BLOCKS, 256),
+                                    choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
+                                    cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
+                                                 "GPUModelRunner.select_common_block_size")))
+_table.at("0.14.0", ("scheduler: async scheduling on by default, two batches in flight "
+                     "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
+                     "max_model_len = -1 fits the longest context the KV memory holds "
+                     "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"),
+          scheduler=_table.sched("0.14.0", async_default=True), auto_fit=True)
+_table.at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
+                     "num_speculative_blocks with 'align' (prefix caching) "
+                     "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
+          mamba_cache_modes=True)
+_table.at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
+                     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
+                     "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",
+                     "the BlockSize literal is gone: --block-size takes any integer (0.18.0: vllm/config/cache.py::"
+                     "CacheConfig.block_size); on CUDA any multiple of 16 (48, 80, 512) starts, others find 'No valid "
+                     "attention backend' (0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
+                     "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size)",
+                     "an MLA model's --block-size is no longer replaced: it picks among the MLA backends that take it "
+                     "(0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)"),
+          cuda_graphs="estimated_not_subtracted", mla_given_block="kept",
+          block_sizes=_table.blocks(
+              choices=(), choices_source="0.18.0: vllm/config/cache.py::CacheConfig.block_size",
+              cuda_source=("0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls, "
+                           "vllm/v1/attention/backend.py::AttentionBackend.supports_block_size")))
+_table.at("0.19.0", ("scheduler: a waiting or preempted request is admitted only if its whole sequence, less prefix "
+                     "hits, fits in the free blocks (scheduler_reserve_full_isl, default True; sliding and chunked "
+                     "groups counted at full length) (0.19.0: vllm/config/scheduler.py; vllm/v1/core/sched/"
+                     "scheduler.py::Scheduler.schedule; vllm/v1/core/kv_cache_manager.py::"
+                     "KVCacheManager.can_fit_full_sequence)",),
+          scheduler=_table.sched("0.19.0", full_sequence_gate=True))
+_table.at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: vllm/envs.py; the log says "
+                     "'default since v0.21.0')",
+                     "gpu_memory_utilization defaults to 0.92 (0.20.0: vllm/config/cache.py; 0.9 up to 0.19)",
+                     "--kv-cache-dtype fp8_per_token_head / int8_per_token_head: the dense page plus 2 x block x "
+                     "kv_heads x 4 B of fp32 scales (0.20.0: kv_cache_interface.py::AttentionSpec.page_size_bytes)",
+                     "scheduler: sliding and chunked groups count at most cdiv(min(W - 1 + max_num_batched_tokens, "
+                     "max_model_len), B) + 1 blocks (chunked: cdiv(min(C + max_num_batched_tokens, max_model_len), "
+                     "B)), in EVERY block count, so a running request past the cap never preempts (0.20.0: "
+                     "vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_admission_blocks_per_request, "
+                     "vllm/v1/core/single_type_kv_cache_manager.py::SingleTypeKVCacheManager."
+                     "get_num_blocks_to_allocate)"),
+          cuda_graphs="subtracted", default_utilization=0.92,
+          layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"),
+          scheduler=_table.sched("0.20.0", window_cap=WindowCap.EVERY_ALLOCATION))
+_table.at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
+                     "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
+                     "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),
+          capacity_log="concurrency_x_len", override_in_fit=True)
+_table.at("0.20.2", ("scheduler: the sliding/chunked cap applies at the admission gate only; each step's allocation "
+                     "counts the blocks a request really needs again (0.20.2: vllm/v1/core/"
+                     "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.get_num_blocks_to_allocate "
+                     "apply_admission_cap; vllm/v1/core/kv_cache_manager.py::KVCacheManager.can_fit_full_sequence)",),
+          scheduler=_table.sched("0.20.2", window_cap=WindowCap.ADMISSION))
+_table.at("0.23.0", ("scheduler, prefix caching: blocks freed behind a window and a sliding-window group's finished "
+                     "blocks without a hash go to the front of the free queue (0.23.0: vllm/v1/core/"
+                     "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.remove_skipped_blocks, "
+                     "SlidingWindowManager.free)",),
+          scheduler=_table.sched("0.23.0", free_order=FreeOrder.WINDOW_UNHASHED_FIRST))
+_table.at("0.24.0", ("scheduler, prefix caching: every freed block without a hash goes to the front of the free queue, "
+                     "hashed blocks to the back (0.24.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks)",
+                     "scheduler: the watermark option (default 0.0) keeps a share of the pool free at admission "
+                     "(0.24.0: vllm/config/scheduler.py; vllm/v1/core/kv_cache_manager.py::KVCacheManager."
+                     "allocate_slots)"),
+          scheduler=_table.sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True))
+_table.at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
+                     "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
+                     "max_admission_blocks_per_request)",
+                     "scheduler: the sliding/chunked admission cap counts max_in_flight_tokens (2 x "
+                     "max_num_batched_tokens with async scheduling) (0.26.0: vllm/config/vllm.py::"
+                     "VllmConfig.max_in_flight_tokens); blocks behind a window are freed on the processed tokens, "
+                     "num_computed - num_in_flight_tokens: a batch later with async scheduling (0.26.0: vllm/v1/core/"
+                     "kv_cache_manager.py::KVCacheManager.allocate_slots)"),
+          scheduler=_table.sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True))
+_table.at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
+                     "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",), budget="consumed")
+_table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
+                     "(0.28.0: vllm/engine/arg_utils.py)",
+                     "scheduler: prefix caching is on by default for hybrid Mamba/linear-attention models, Mamba "
+                     "cache mode align (0.28.0: vllm/engine/arg_utils.py::"
+                     "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode"),
+          batch_defaults="v1_0.28", scheduler=_table.sched("0.28.0", hybrid_prefix_caching_default=True))
+_table.at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
+                     "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",
+                     "scheduler, prefix caching: sliding-window and Mamba groups cache only checkpoint blocks "
+                     "(prefix_cache_retention_interval 0) (0.29.0: vllm/config/cache.py; vllm/v1/core/"
+                     "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled"),
+          null_block_in_fit=True, scheduler=_table.sched("0.29.0", window_checkpoint_caching=True))
+_table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
+                     "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),
+          scheduler=_table.sched("0.31.0", threshold_needs_company=True))
+
+
+VLLM_PROFILES: tuple[EngineProfile, ...] = chain("vllm", "vLLM", _table.entries)
+del _table
 
 
 def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[int, int]:

@@ -1,0 +1,157 @@
+"""The types of vLLM's rules: what a release does, as typed fields (kvplan.core.engines.vllm.profiles holds
+the values, release by release, and is where they are imported from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, SchedulerRules
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockSizeRule:
+    """The ``--block-size`` values a release starts with on CUDA: those its argument parser takes, less those its
+    CUDA attention kernels refuse at startup (docs/engine-versions-research.md, section 7, "Block sizes")."""
+
+    choices: tuple[int, ...]  # what --block-size parses to; (): any positive integer
+    choices_source: str  # "release: file::function" of the parser's rule
+    # The CUDA attention backends take a multiple of cuda_multiple_of, or one of cuda_also (V0: XFormers'
+    # paged-attention kernel), up to cuda_max (0: no cap).
+    cuda_multiple_of: int = 1
+    cuda_also: tuple[int, ...] = ()
+    cuda_max: int = 0
+    cuda_source: str = ""  # "release: file::function" of the CUDA rule
+
+    def on_cuda(self, block_size: int) -> bool:
+        return ((block_size % self.cuda_multiple_of == 0 or block_size in self.cuda_also)
+                and not (self.cuda_max and block_size > self.cuda_max))
+
+    def allows(self, block_size: int) -> bool:
+        parsed = block_size in self.choices if self.choices else block_size >= 1
+        return parsed and self.on_cuda(block_size)
+
+    def valid(self) -> tuple[int, ...]:
+        """The sizes that start on CUDA, or the first few when any multiple does."""
+        if self.choices:
+            return tuple(b for b in self.choices if self.on_cuda(b))
+        step = self.cuda_multiple_of
+        return tuple(sorted({*self.cuda_also, *(step * i for i in range(1, 5))}))
+
+    def describe(self) -> str:
+        """One line: the sizes that start on CUDA, then the parser's and CUDA's rules with their sources."""
+        sizes = ", ".join(map(str, self.valid())) if self.choices else f"any multiple of {self.cuda_multiple_of}"
+        parsed = ", ".join(map(str, self.choices)) if self.choices else "any positive integer"
+        cuda = f"a multiple of {self.cuda_multiple_of}" + "".join(f" or {b}" for b in self.cuda_also)
+        if self.cuda_max:
+            cuda += f", at most {self.cuda_max}"
+        return f"{sizes} (--block-size takes {parsed}, {self.choices_source}; CUDA needs {cuda}, {self.cuda_source})"
+
+    def suggestion(self) -> str:
+        sizes = ", ".join(map(str, self.valid()))
+        return f"use one of {sizes}" if self.choices else f"use {sizes} or another multiple of {self.cuda_multiple_of}"
+
+
+class Budget(str, Enum):
+    """What the KV budget charges (docs/engine-versions-research.md section 1)."""
+
+    FREE_DELTA = "free_delta"  # total x util - (free at start - free after the profile run)        (<= 0.6.3)
+    DEVICE_USED = "device_used"  # total x util - (torch peak + device used - torch allocated)     (0.6.4; V1 0.8-0.9.0)
+    COMPONENTS = "components"  # total x util - (weights + activation peak + non-torch increase) (0.6.5 V0; V1 0.9.1-0.26)
+    CONSUMED = "consumed"  # total x util - (free at start - free after + torch peak - allocated) (0.27+)
+
+
+class CudaGraphs(str, Enum):
+    AFTER_KV = "after_kv"  # captured after the KV cache is allocated, out of the 1 - utilization slack
+    ESTIMATED = "estimated_not_subtracted"  # estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_..._CUDAGRAPHS=1
+    SUBTRACTED = "subtracted"  # estimated and subtracted from the KV budget by default
+
+    @property
+    def subtracted(self) -> bool:
+        return self is CudaGraphs.SUBTRACTED
+
+
+class CapacityLog(str, Enum):
+    """What "GPU KV cache size: N tokens" means."""
+
+    NUM_BLOCKS = "num_blocks"  # V0 logs '# GPU blocks' only
+    BLOCKS_X_BLOCK = "blocks_x_block"  # num_blocks x block_size
+    BLOCKS_PER_GROUP = "blocks_per_group"  # num_blocks // groups x block_size
+    CONCURRENCY_X_LEN = "concurrency_x_len"  # int(max concurrency x max_model_len)
+
+
+class Capture(str, Enum):
+    """Which CUDA-graph batch sizes are captured (capture_sizes below)."""
+
+    V0 = "v0"
+    V1_512 = "v1_512"
+    V1_2X_SEQS = "v1_2x_seqs"
+    V1_2X_SEQS_STEP16 = "v1_2x_seqs_step16"
+
+
+class BatchDefaults(str, Enum):
+    """The default max_num_batched_tokens / max_num_seqs table (batch_defaults below)."""
+
+    V0 = "v0"
+    V1_0_8_0 = "v1_0.8.0"
+    V1_0_8_4 = "v1_0.8.4"
+    V1_0_8_5 = "v1_0.8.5"
+    V1_0_9 = "v1_0.9"
+    V1_0_28 = "v1_0.28"
+
+
+class MlaGivenBlock(str, Enum):
+    """What an MLA model's --block-size becomes on Hopper, where FlashMLA is the default."""
+
+    KEPT = "kept"
+    REPLACED = "replaced"  # by mla_block_size, whatever it is
+    UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
+
+
+# Typed fields read from the table below as their names (each value checked when the rules are built).
+_ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
+          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMRules:
+    v1: bool  # the release's default engine is V1
+    # From model, GPU and settings alone the budgets come to the same sum; they differ in what else they charge
+    # (other processes' memory: device_used) and in what the startup log prints.
+    budget: Budget
+    default_utilization: float
+    cuda_graphs: CudaGraphs
+    kv_cache_memory_bytes: bool  # --kv-cache-memory-bytes exists
+    null_block_in_fit: bool  # the fit check and max-model-len search leave one block for the null block
+    capacity_log: CapacityLog
+    capture: Capture
+    batch_defaults: BatchDefaults
+    mla_block_size: int  # the KV block size forced for MLA models
+    mla_given_block: MlaGivenBlock = MlaGivenBlock.KEPT
+    block_sizes: BlockSizeRule  # the --block-size values that start on CUDA
+    override_in_fit: bool  # --num-gpu-blocks-override also drives the fit check and the estimate
+    hybrid_manager: bool  # sliding-window layers free out-of-window blocks (else sized as full attention)
+    # Layers of one attention type whose pages differ (other head sizes or KV heads) form one group
+    # whose block costs the sum of their pages (UniformTypeKVCacheSpecs); before, pages were unified.
+    uniform_type_group: bool = False
+    auto_fit: bool = False  # max_model_len = -1 picks the longest that fits
+    # --mamba-cache-mode: a Mamba layer holds 1 + speculative blocks a request (none) or 2 + speculative
+    # (align, with prefix caching); before, one block.
+    mamba_cache_modes: bool = False
+    layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
+    scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
+
+    def __post_init__(self) -> None:
+        for name, kind in _ENUMS.items():  # the table names them; a misspelt one fails here, at import
+            object.__setattr__(self, name, kind(getattr(self, name)))
+
+    @property
+    def async_default(self) -> bool:
+        """Async scheduling on by default (2 batches in flight)."""
+        return self.scheduler.async_default
+
+    @property
+    def in_flight_admission(self) -> bool:
+        """Sliding/chunked layers admit max_in_flight_tokens, not one batch (the scheduler's admission cap)."""
+        return self.scheduler.window_cap_in_flight

@@ -110,7 +110,7 @@ class _Sim:
         caching = cfg.enable_prefix_caching
         hash_block = mgr.hash_block
         async_ = cfg.async_scheduling
-        fast = self.fast and not async_  # the fast path assumes frees on the computed-token basis
+        fast = self.fast
         budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
         lpt0 = cfg.long_prefill_token_threshold
         rules = cfg.rules
@@ -185,9 +185,10 @@ class _Sim:
                         i += 1
                         continue
                 end = c + num
-                if fast and end <= r.cap_tokens and c < r.next_free_at:
-                    # the blocks held cover the step and nothing falls behind a window: allocate_slots would
-                    # only file newly full blocks in the prefix cache
+                if fast and end <= r.cap_tokens and c < r.next_free_at and end < r.prompt_len + r.max_tokens:
+                    # the blocks held cover the step, nothing falls behind a window (async scheduling frees on
+                    # fewer, the processed, tokens) and the step is not 0.11.0's extra one past the last token:
+                    # allocate_slots would only file newly full blocks in the prefix cache
                     ok = True
                     if caching and min(end, r.num_tokens) >= (r.ncached[0] + 1) * hash_block:
                         mgr.cache_blocks(r, min(end, r.num_tokens))

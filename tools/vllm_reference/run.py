@@ -498,6 +498,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
     unfinished = len(reqs)
     idle_steps = 0
     error = None
+    loop_t0 = time.perf_counter()  # the loop alone (bench_vs_vllm.py): arrivals, schedule(), the fake runner, update
     while unfinished:
         while nxt < len(pending) and reqs[pending[nxt]]["arrival_step"] <= step:
             r = reqs[pending[nxt]]
@@ -581,6 +582,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             error = f"stopped at step {step}: {unfinished} requests unfinished (no progress or step cap)"
             break
 
+    loop_seconds = time.perf_counter() - loop_t0
     n_steps = len(running_per_step)
     cached_tokens = sum(d["num_cached_tokens"] for d in per_req.values())
     pcs = scheduler.kv_cache_manager.prefix_cache_stats
@@ -621,6 +623,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
             "scheduled_tokens": _rle(tokens_per_step),
         }
     fixture["harness_seconds"] = round(time.perf_counter() - t0, 1)
+    fixture["loop_seconds"] = round(loop_seconds, 3)
     return fixture
 
 
@@ -654,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rs['name']}: steps {m['steps']}  running mean {m['mean_running']:.2f} peak {m['peak_running']}  "
               f"preemptions {m['preemptions']}  usage {m['mean_kv_usage']:.4f}  hit {m['prefix_hit_rate']:.4f}  "
               f"groups {[(g['kind'], g['num_layers'], g['block_size']) for g in fx['kv_cache']['groups']]}  "
-              f"blocks {fx['kv_cache']['num_blocks']}  ({fx['harness_seconds']} s){'  ERROR ' + fx['error'] if fx['error'] else ''}",
+              f"blocks {fx['kv_cache']['num_blocks']}  ({fx['harness_seconds']} s, loop {fx['loop_seconds']} s){'  ERROR ' + fx['error'] if fx['error'] else ''}",
               flush=True)
         if not args.print_only:
             out = fixture_path(Path(p), version)

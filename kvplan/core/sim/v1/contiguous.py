@@ -135,6 +135,11 @@ class ContiguousManager:
         r.tracked = True
         return True
 
+    def admission_short(self, r: ReqState, num: int, free: int) -> bool:
+        """Whether a waiting request's region is larger than the free slots (allocate_slots fails before placing
+        it, with no external fragmentation counted) while others run."""
+        return self.region(r)[1] + self.watermark_slots > free
+
     def free(self, r: ReqState) -> None:
         held = self.regions.pop(r.index, None)
         if held is not None:

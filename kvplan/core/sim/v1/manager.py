@@ -302,6 +302,40 @@ class KVCacheManager:
             self.cache_blocks(r, min(total + num_new, r.num_tokens))
         return True
 
+    def admission_short(self, r: ReqState, num: int, free: int) -> bool:
+        """Whether allocate_slots(r, num, admitting=True) fails for a waiting request while others run, with
+        ``free`` free blocks, where prefix caching is off and no group frees blocks behind a window: its two checks
+        (the whole sequence when the gate is on, then the chunk), without allocating. Fewer free blocks fail too."""
+        wm = self.watermark_blocks
+        if self.reserve_full_isl and self._to_allocate(r, min(r.num_tokens, self.mml), None, 0, self.gate_capped) \
+                + wm > free:
+            return True
+        return self._to_allocate(r, min(num, self.mml), None, 0, self.always_capped) + wm > free
+
+    def grow(self, r: ReqState, end: int, known: int) -> None:
+        """allocate_slots for a running request's next token past its blocks, where every group is full attention
+        of one block size and the pool has a block for each group (checked by the caller): a block from the
+        front of the free queue per group, in group order, the books and the prefix cache as allocate_slots
+        keeps them. ``end``: its computed tokens with this one; ``known``: its known tokens."""
+        pool = self.pool
+        plain, ref = pool.plain, pool.ref
+        for blocks in r.blocks:
+            if plain:
+                b = plain.popleft()
+                ref[b] = 1
+                blocks.append(b)
+            else:
+                blocks += pool.get_new(1)
+        cap = r.cap_tokens = len(r.blocks[0]) * self.sizes[0]
+        if cap < min(r.prompt_len + r.max_tokens, self.mml) - 1:  # not its last block: no internal waste yet
+            g = len(r.blocks)
+            self.entries += g
+            r.entries += g
+        else:
+            self._book(r, end)
+        if self.caching:
+            self.cache_blocks(r, min(end, known))
+
     def _book(self, r: ReqState, computed: int) -> None:
         """r's table entries and internal fragmentation in the memory books, once it has computed ``computed``
         tokens: past the tokens it will ever compute (the last sampled token's KV is never written; 0.11.0's async
@@ -407,5 +441,9 @@ class KVCacheManager:
             assert pool.ref[b] == 0, f"free block {b} is held"
         held = sum(1 for b in range(1, pool.num_blocks) if pool.ref[b] > 0)
         assert held + pool.num_free == pool.num_blocks - 1, "blocks lost"
+        for r in running if self.caching else ():  # allocate_slots files every full block it computed
+            filed = min(r.num_computed, r.num_tokens - 1, len(r.hasher.keys) * self.hash_block)
+            assert all(n >= filed // self.sizes[gi] for gi, n in enumerate(r.ncached) if self.kinds[gi] == FULL), \
+                f"request {r.req.id}: full blocks left unfiled"
         tables = sum(len(r.blocks[gi]) for r in running for gi, k in enumerate(self.kinds) if k != MAMBA)
         assert self.entries == tables, "the table entries' books drifted"

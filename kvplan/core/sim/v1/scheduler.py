@@ -36,6 +36,7 @@ from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import V1Inputs
 from kvplan.core.sim.v1.manager import KVCacheManager
 from kvplan.core.sim.v1.offload import CPUTier
+from kvplan.core.sim.v1.quiet import Quiet
 from kvplan.core.sim.v1.result import RequestRecord, TierStats, V1Result, percentiles
 from kvplan.core.sim.v1.shares import Shares, TimelinePoint, shares, split, thin, timeline_every
 from kvplan.core.sim.v1.state import ReqState
@@ -144,6 +145,8 @@ class _Sim:
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
         in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
+        quiet = Quiet(self, (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start), timeline, points)
+        use_quiet = quiet.usable
         while nxt < n_pending or waiting or running:
             if not waiting and not running:  # idle: jump to the next arrival
                 in_flight = None  # only finished requests' outputs could be left: nothing to process
@@ -159,6 +162,29 @@ class _Sim:
                 st.arrival_ps = st.req.arrival_ps if timed else clock
                 waiting.append(st)
                 nxt += 1
+
+            if use_quiet and running:  # a quiet stretch of decode steps at once (quiet.py)
+                q = quiet.run(running, waiting, pending, nxt, in_flight, s, clock, launched, held_c, steps, tl_every,
+                              usage_sum)
+                if q is not None:
+                    nxt = q.nxt
+                    nr, k = len(running), q.steps
+                    s += k
+                    steps += k
+                    run_sum += nr * k
+                    generated += nr * k
+                    peak = max(peak, nr)
+                    clock, launched, held_c, tl_every, in_flight = q.clock, q.launched, q.held_c, q.tl_every, q.batch
+                    usage_sum = q.usage
+                    sum_free += q.free
+                    sum_entries += q.entries
+                    sum_c += q.computed
+                    sum_int += q.internal
+                    busy_ps += q.busy
+                    if self.check:
+                        self._check(running, waiting, held_c, budget0 - nr,
+                                    split(books, 1, pool.num_free, mgr.entries, held_c, mgr.internal, 0))
+                    continue
 
             # ---- schedule() ----
             # num_computed is advanced as soon as a request is scheduled (vLLM does it in
@@ -357,6 +383,7 @@ class _Sim:
                     waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
+        self.quiet_stretches = quiet.count
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,

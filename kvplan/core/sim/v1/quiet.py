@@ -1,0 +1,226 @@
+"""Quiet stretches of vLLM v1's loop, advanced without walking every running request at every step.
+
+A stretch starts at a step where nothing waits, every running request decodes (its first token sampled; under
+async scheduling one token in flight, none stale) and none is within three tokens of its stop. While no request
+arrives, each schedule() gives every running request one token in running order and update_from_output() returns
+one token to each, so a step's figures follow from the stretch's start: n requests running, n tokens scheduled,
+n more computed tokens, the step time of the computed tokens. A request touches the pool only when its next
+token needs a block or fills one (every block_size steps): those events run through the manager's own calls
+(allocate_slots, cache_blocks) in the loop's order, step by step and in running order within a step, so the
+pool hands out the same blocks and files the same hashes. The stretch ends before the step that would see an
+arrival, finish a request or find the pool short; the loop goes on from there step by step.
+
+Where: every KV cache group full attention with one block size (no window frees, no per-sequence state), or a
+contiguous allocator; no CPU tier. Same results as the step-by-step loop, to the block id: the tests run both
+(``simulate_v1(..., fast_path=False)``) over random workloads, sync and async, with prefix caching.
+"""
+
+from __future__ import annotations
+
+from kvplan.core.sim.v1.contiguous import ContiguousManager
+from kvplan.core.sim.v1.inputs import FULL
+from kvplan.core.sim.v1.shares import split, thin
+from kvplan.core.sim.v1.state import ReqState
+
+MIN_STEPS = 2  # a shorter stretch costs more to set up than the steps it saves
+MARGIN = 1  # the step whose output stops a request runs in the loop
+
+
+class Stretch:
+    """What a stretch did: its steps, where the clock and the batch in flight are after it, and the sums the
+    loop keeps over counted steps."""
+
+    __slots__ = ("batch", "busy", "clock", "computed", "entries", "free", "held_c", "internal", "launched",
+                 "nxt", "steps", "tl_every", "usage")
+
+
+class Quiet:
+    """One simulation's quiet-stretch stepper; ``usable`` is False where the pool does not allow it."""
+
+    def __init__(self, sim, ps: tuple[list[int], ...], timeline: list, points: int) -> None:
+        mgr, cfg = sim.mgr, sim.cfg
+        self.mgr, self.pool, self.books = mgr, mgr.pool, mgr.books
+        self.capacity = mgr.books.capacity
+        self.async_ = cfg.async_scheduling
+        self.mml = cfg.max_model_len
+        self.caching = cfg.enable_prefix_caching
+        self.hash_block = mgr.hash_block
+        self.step_model = sim.inputs.step_model
+        self.timed = sim.timed
+        self.ps, self.timeline, self.points = ps, timeline, points
+        if isinstance(mgr, ContiguousManager):
+            self.usable, self.block, self.per_crossing = True, 0, 0
+        else:
+            sizes = set(mgr.sizes)
+            self.usable = all(k == FULL for k in mgr.kinds) and len(sizes) == 1
+            self.block = sizes.pop() if len(sizes) == 1 else 0
+            self.per_crossing = len(mgr.kinds)  # a block in each group when a token needs a new one
+        self.usable = self.usable and sim.fast and sim.cpu is None
+        self.max_seqs, self.budget = cfg.max_num_seqs, cfg.max_num_batched_tokens
+        self.lpt = cfg.long_prefill_token_threshold
+        self.count = 0  # stretches taken (the tests check some are)
+
+    def _admits_none(self, running: list[ReqState], waiting) -> bool:
+        """Whether no waiting request can be admitted at any step of a stretch starting here: max_num_seqs run,
+        or (prefix caching off) the head of the queue is short of blocks now, and blocks only get fewer while
+        nothing finishes. A request that arrives then queues behind the head: it cannot be admitted either."""
+        n = len(running)
+        if n >= self.max_seqs:
+            return True
+        if not waiting or self.caching:
+            return False
+        head = waiting[0]
+        num = head.num_tokens  # a waiting request has computed nothing; others wait or run: the threshold applies
+        if 0 < self.lpt < num:
+            num = self.lpt
+        return self.mgr.admission_short(head, min(num, self.budget - n), self.pool.num_free)
+
+    def _bound(self, running: list[ReqState], batch) -> int:
+        """Steps before a running request stops, or 0 where a request is not in a steady decode."""
+        mml, async_ = self.mml, self.async_
+        if async_:  # the batch in flight: one token for each running request, in running order (and the
+            # requests it finished, whose outputs update_from_output skips)
+            if batch is None:
+                return 0
+            items = [it for it in batch[0] if it[0].finish_step < 0]
+            if len(items) != len(running):
+                return 0
+            for (q, num, samples), r in zip(items, running):
+                if q is not r or num != 1 or not samples or r.placeholders != 1 or r.stale or r.in_flight != 1:
+                    return 0
+        kmax = 1 << 62
+        lag = 0 if async_ else 1  # computed tokens behind the known ones: async counts the token in flight
+        for r in reversed(running):  # the newest, at the end, are the likeliest still in prefill
+            if r.num_tokens - r.num_computed != lag or r.first_token_step < 0:
+                return 0
+            left = min(r.max_tokens - r.generated, mml - r.num_tokens) - MARGIN
+            if left < kmax:
+                if left < MIN_STEPS:
+                    return 0
+                kmax = left
+        return kmax
+
+    def _events(self, running: list[ReqState], kmax: int) -> tuple[list[list[int]], int]:
+        """Per step, the running requests (by index) whose token needs a block or fills one, in running order;
+        the steps the pool's free blocks last."""
+        B, hb, caching = self.block, self.hash_block, self.caching
+        events: list[list[int]] = [[] for _ in range(kmax)]
+        needs = [0] * kmax
+        for i, r in enumerate(running):
+            c0, nt0 = r.num_computed, r.num_tokens
+            ja = r.cap_tokens - c0  # the step whose token is past the blocks held
+            if not B:  # a contiguous region holds every token: a crossing ends the stretch there
+                if ja < kmax:
+                    kmax = max(ja, 0)
+                    del events[kmax:], needs[kmax:]
+                ja = kmax
+            for j in range(ja, kmax, B or 1):
+                events[j].append(i)
+                needs[j] += 1
+            if caching:
+                jc = max(0, (r.ncached[0] + 1) * hb - nt0)
+                if jc < kmax:  # a step that is also a crossing lists the request twice: run() takes it once
+                    events[jc].append(i)
+                    for j in range(((nt0 + jc) // hb + 1) * hb - nt0, kmax, hb):
+                        events[j].append(i)
+        free, per = self.pool.num_free, self.per_crossing
+        used = 0
+        for j in range(kmax):
+            used += needs[j] * per
+            if used > free:
+                return events, j
+        return events, kmax
+
+    def run(self, running: list[ReqState], waiting, pending: list[ReqState], nxt: int, batch, s: int, clock: int,
+            launched: int, held_c: int, steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
+        """Advance a quiet stretch from step ``s``; None where none starts here (the loop takes the step).
+        Requests that arrive in it join ``waiting`` where none can be admitted; otherwise the first ends it."""
+        absorb = self._admits_none(running, waiting)
+        if waiting and not absorb:
+            return None
+        kmax = self._bound(running, batch)
+        if kmax < MIN_STEPS:
+            return None
+        events, kmax = self._events(running, kmax)
+        if kmax < MIN_STEPS:
+            return None
+        mgr, pool, books, capacity = self.mgr, self.pool, self.books, self.capacity
+        grow = mgr.grow if self.block else None
+        caching, hb = self.caching, self.hash_block
+        step_model, timed, async_ = self.step_model, self.timed, self.async_
+        ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = self.ps
+        timeline, points = self.timeline, self.points
+        n = len(running)
+        c0s = [r.num_computed for r in running]
+        nt0s = [r.num_tokens for r in running]
+        kv0 = sum(c0s)
+        out = Stretch()
+        out.free = out.entries = out.computed = out.internal = out.busy = 0
+        n_pending = len(pending)
+        k = 0
+        while k < kmax:
+            if k and nxt < n_pending:  # the arrivals this step sees (the loop's rule)
+                seen_by = (launched if async_ else clock) if timed else s + k
+                if (pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step) <= seen_by:
+                    if not absorb:
+                        break  # it may be admitted: the loop takes this step
+                    while nxt < n_pending and ((pending[nxt].req.arrival_ps <= seen_by) if timed
+                                               else (pending[nxt].req.arrival_step <= seen_by)):
+                        st = pending[nxt]
+                        st.arrival_step = s + k
+                        st.arrival_ps = st.req.arrival_ps if timed else clock
+                        waiting.append(st)
+                        nxt += 1
+            done = -1
+            for i in events[k]:
+                if i == done:
+                    continue
+                done = i
+                r = running[i]
+                end, nt = c0s[i] + k + 1, nt0s[i] + k
+                r.num_computed, r.num_tokens = end - 1, nt
+                if caching and nt >= (len(r.hasher.keys) + 1) * hb:
+                    r.hasher.extend(nt)
+                if end > r.cap_tokens:
+                    if grow is None:
+                        mgr.allocate_slots(r, 1)  # a contiguous region: nothing to allocate
+                    else:
+                        grow(r, end, nt)  # the pool's free blocks were counted (_events)
+                elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
+                    mgr.cache_blocks(r, min(end, nt))
+            held_c += n
+            steps += 1
+            nf = pool.num_free
+            u = 1.0 - nf / capacity
+            usage_sum += u  # in the loop's order: the same float sum
+            out.free += nf
+            out.entries += mgr.entries
+            out.computed += held_c
+            out.internal += mgr.internal
+            if tl_every and steps % tl_every == 0:
+                timeline.append((s + k, clock, *split(books, 1, nf, mgr.entries, held_c, mgr.internal, 0)))
+                tl_every = thin(timeline, points, tl_every)
+            ps_running.append(n)
+            ps_usage.append(round(u * 1000))
+            ps_tokens.append(n)
+            ps_waiting.append(len(waiting))
+            if step_model is not None:
+                ps_start.append(clock)
+                duration = step_model.duration(kv0 + n * (k + 1), 0)
+                out.busy += duration
+                launched = clock
+                clock += duration
+            else:
+                launched = clock
+            k += 1
+        for i, r in enumerate(running):
+            r.num_computed, r.num_tokens = c0s[i] + k, nt0s[i] + k
+            r.generated += k
+            if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
+                r.hasher.extend(r.num_tokens)
+        out.steps, out.clock, out.launched, out.held_c, out.tl_every = k, clock, launched, held_c, tl_every
+        out.nxt = nxt
+        out.usage = usage_sum
+        self.count += 1
+        out.batch = ([(r, 1, True) for r in running], s + k - 1, clock) if async_ else None
+        return out

@@ -1,0 +1,98 @@
+"""Quiet stretches (kvplan/core/sim/v1/quiet.py) change nothing: the same results and the same pool, block by
+block, as the loop that walks every request at every step (``fast_path=False``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, newest
+from kvplan.core.sim.model import StepModel
+from kvplan.core.sim.v1 import FULL, CacheGroup, CacheLayout, SchedulerConfig, V1Inputs, V1Request
+from kvplan.core.sim.v1.scheduler import _Sim
+
+STEP = StepModel(base_ps=5_000_000, per_token_ps=20_000, per_prefill_token_ps=90_000)
+TICK = StepModel(base_ps=7_000_000, per_token_ps=0, per_prefill_token_ps=0)  # arrivals land on step ends
+
+
+def run(inputs: V1Inputs, fast: bool):
+    """The result, the pool's state at the end, and how many quiet stretches ran."""
+    sim = _Sim(inputs, check=True)
+    sim.fast = fast
+    sim.timeline_points = 40
+    result = sim.run()
+    pool = sim.mgr.pool
+    state = (list(pool.plain), list(pool.cached_free), pool.caches, pool.key, pool.ref, pool.evicted)
+    return result, state, sim.quiet_stretches
+
+
+def inputs(reqs, *, blocks: int, block: int, groups: int, caching: bool, async_: bool, rules, seqs: int,
+           mnbt: int, step: StepModel | None, lpt: int = 0) -> V1Inputs:
+    layout = CacheLayout(num_blocks=blocks, groups=tuple(CacheGroup(kind=FULL, block_size=block)
+                                                         for _ in range(groups)))
+    sched = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=mnbt, max_model_len=1024,
+                            enable_prefix_caching=caching, async_scheduling=async_, rules=rules,
+                            long_prefill_token_threshold=lpt)
+    return V1Inputs(requests=tuple(reqs), scheduler=sched, layout=layout, step_model=step)
+
+
+def test_a_plain_decode_run_takes_quiet_stretches_and_changes_nothing():
+    # 12 requests a few steps apart, long outputs: most steps are decode-only, with blocks crossed and filled
+    reqs = [V1Request(id=str(i), prompt=((i % 3, 40), (100 + i, 30 + i)), output=(200 + i, 150 + 7 * i),
+                      arrival_step=9 * i) for i in range(12)]
+    for async_ in (False, True):
+        inp = inputs(reqs, blocks=70, block=16, groups=1, caching=True, async_=async_, rules=newest(), seqs=8,
+                     mnbt=256, step=None)
+        fast, slow = run(inp, True), run(inp, False)
+        assert fast[2] > 10 and slow[2] == 0
+        assert fast[0] == slow[0] and fast[1] == slow[1]
+        assert fast[0].preemptions > 0  # the pool ran short: stretches ended at it
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_quiet_stretches_give_the_step_by_step_results_and_pool(data):
+    n = data.draw(st.integers(1, 14))
+    timed = data.draw(st.booleans())
+    reqs = []
+    for i in range(n):
+        shared = data.draw(st.integers(0, 2))
+        prompt = ((shared, data.draw(st.integers(1, 60))), (100 + i, data.draw(st.integers(0, 40))))
+        prompt = tuple(p for p in prompt if p[1])
+        out = data.draw(st.integers(1, 260))
+        # a later turn may repeat an earlier request's whole sequence: the same hashes filed twice
+        if i and data.draw(st.booleans()):
+            j = data.draw(st.integers(0, i - 1))
+            prompt, out = (*reqs[j].prompt, reqs[j].output), data.draw(st.integers(1, 60))
+        if sum(k for _, k in prompt) + out > 1000:
+            out = max(1, 1000 - sum(k for _, k in prompt))
+        at = data.draw(st.integers(0, 400))
+        reqs.append(V1Request(id=str(i), prompt=prompt, output=(200 + i, out),
+                              **({"arrival_ps": at * 7_000_000} if timed else {"arrival_step": at})))
+    block = data.draw(st.sampled_from([4, 16]))
+    groups = data.draw(st.integers(1, 2))
+    blocks = 1 + groups * data.draw(st.integers(1024 // block, 3 * 1024 // block))
+    rules = data.draw(st.sampled_from([newest(), V1_BASELINE, dataclasses.replace(V1_BASELINE, release="0.11.1",
+                                                                                   async_skip_last_in_flight=True)]))
+    inp = inputs(reqs, blocks=blocks, block=block, groups=groups, caching=data.draw(st.booleans()),
+                 async_=data.draw(st.booleans()), rules=rules, seqs=data.draw(st.integers(1, 10)),
+                 mnbt=data.draw(st.sampled_from([16, 64, 512])), step=data.draw(st.sampled_from([STEP, TICK]))
+                 if timed or data.draw(st.booleans()) else None, lpt=data.draw(st.sampled_from([0, 0, 8, 40])))
+    fast, slow = run(inp, True), run(inp, False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+
+
+def test_a_long_prompt_admitted_chunk_by_chunk_before_the_whole_sequence_gate():
+    # vLLM 0.11.0 (no whole-sequence gate) with long_prefill_token_threshold 8: the 500-token prompt's first chunk
+    # fits the free blocks though the whole prompt does not, so it is admitted while the others decode
+    reqs = [V1Request(id=str(i), prompt=((10 + i, 96),), output=(20 + i, 200), arrival_step=0) for i in range(2)]
+    reqs.append(V1Request(id="long", prompt=((30, 500),), output=(31, 5), arrival_step=5))
+    for async_ in (False, True):
+        inp = inputs(reqs, blocks=40, block=16, groups=1, caching=False, async_=async_, rules=V1_BASELINE, seqs=4,
+                     mnbt=64, step=None, lpt=8)
+        fast, slow = run(inp, True), run(inp, False)
+        assert fast[2] > 0
+        assert fast[0] == slow[0] and fast[1] == slow[1]

@@ -78,16 +78,6 @@ class Quiet:
     def _bound(self, running: list[ReqState], batch) -> int:
         """Steps before a running request stops, or 0 where a request is not in a steady decode."""
         mml, async_ = self.mml, self.async_
-        if async_:  # the batch in flight: one token for each running request, in running order (and the
-            # requests it finished, whose outputs update_from_output skips)
-            if batch is None:
-                return 0
-            items = [it for it in batch[0] if it[0].finish_step < 0]
-            if len(items) != len(running):
-                return 0
-            for (q, num, samples), r in zip(items, running):
-                if q is not r or num != 1 or not samples or r.placeholders != 1 or r.stale or r.in_flight != 1:
-                    return 0
         kmax = 1 << 62
         lag = 0 if async_ else 1  # computed tokens behind the known ones: async counts the token in flight
         for r in reversed(running):  # the newest, at the end, are the likeliest still in prefill
@@ -98,6 +88,16 @@ class Quiet:
                 if left < MIN_STEPS:
                     return 0
                 kmax = left
+        if async_:  # the batch in flight: one token for each running request, in running order (and the
+            # requests it finished, whose outputs update_from_output skips)
+            if batch is None:
+                return 0
+            items = [it for it in batch[0] if it[0].finish_step < 0]
+            if len(items) != len(running):
+                return 0
+            for (q, num, samples), r in zip(items, running):
+                if q is not r or num != 1 or not samples or r.placeholders != 1 or r.stale or r.in_flight != 1:
+                    return 0
         return kmax
 
     def _events(self, running: list[ReqState], kmax: int) -> tuple[list[list[int]], int]:
@@ -134,7 +134,9 @@ class Quiet:
     def run(self, running: list[ReqState], waiting, pending: list[ReqState], nxt: int, batch, s: int, clock: int,
             launched: int, held_c: int, steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
         """Advance a quiet stretch from step ``s``; None where none starts here (the loop takes the step).
-        Requests that arrive in it join ``waiting`` where none can be admitted; otherwise the first ends it."""
+        Requests that arrive in it join ``waiting`` where none can be admitted; otherwise the first ends it.
+        One function on purpose: its step loop is the simulator's hottest (benchmarks/bench_default_path.py), with
+        the pool's books re-read only after a step with events."""
         absorb = self._admits_none(running, waiting)
         if waiting and not absorb:
             return None
@@ -155,64 +157,76 @@ class Quiet:
         nt0s = [r.num_tokens for r in running]
         kv0 = sum(c0s)
         out = Stretch()
-        out.free = out.entries = out.computed = out.internal = out.busy = 0
+        sum_free = sum_entries = sum_c = sum_int = busy = 0
         n_pending = len(pending)
+        arrival = (None if nxt == n_pending else
+                   pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+        base, per_token = (step_model.base_ps, step_model.per_token_ps) if step_model is not None else (0, 0)
+        kv = kv0  # the computed tokens a step's batch reads (StepModel.duration, no prefill in a stretch)
+        nw = len(waiting)
+        nf = -1  # the pool's books, read again after a step with events
         k = 0
         while k < kmax:
-            if k and nxt < n_pending:  # the arrivals this step sees (the loop's rule)
-                seen_by = (launched if async_ else clock) if timed else s + k
-                if (pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step) <= seen_by:
-                    if not absorb:
-                        break  # it may be admitted: the loop takes this step
-                    while nxt < n_pending and ((pending[nxt].req.arrival_ps <= seen_by) if timed
-                                               else (pending[nxt].req.arrival_step <= seen_by)):
-                        st = pending[nxt]
-                        st.arrival_step = s + k
-                        st.arrival_ps = st.req.arrival_ps if timed else clock
-                        waiting.append(st)
-                        nxt += 1
-            done = -1
-            for i in events[k]:
-                if i == done:
-                    continue
-                done = i
-                r = running[i]
-                end, nt = c0s[i] + k + 1, nt0s[i] + k
-                r.num_computed, r.num_tokens = end - 1, nt
-                if caching and nt >= (len(r.hasher.keys) + 1) * hb:
-                    r.hasher.extend(nt)
-                if end > r.cap_tokens:
-                    if grow is None:
-                        mgr.allocate_slots(r, 1)  # a contiguous region: nothing to allocate
-                    else:
-                        grow(r, end, nt)  # the pool's free blocks were counted (_events)
-                elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
-                    mgr.cache_blocks(r, min(end, nt))
+            if k and arrival is not None and arrival <= ((launched if async_ else clock) if timed else s + k):
+                if not absorb:
+                    break  # it may be admitted: the loop takes this step
+                seen_by = (launched if async_ else clock) if timed else s + k  # the loop's rule
+                while arrival is not None and arrival <= seen_by:
+                    st = pending[nxt]
+                    st.arrival_step = s + k
+                    st.arrival_ps = st.req.arrival_ps if timed else clock
+                    waiting.append(st)
+                    nxt += 1
+                    arrival = (None if nxt == n_pending else
+                               pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+                nw = len(waiting)
+            todo = events[k]
+            if todo:
+                done = -1
+                for i in todo:
+                    if i == done:
+                        continue
+                    done = i
+                    r = running[i]
+                    end, nt = c0s[i] + k + 1, nt0s[i] + k
+                    r.num_computed, r.num_tokens = end - 1, nt
+                    if caching and nt >= (len(r.hasher.keys) + 1) * hb:
+                        r.hasher.extend(nt)
+                    if end > r.cap_tokens:
+                        if grow is None:
+                            mgr.allocate_slots(r, 1)  # a contiguous region: nothing to allocate
+                        else:
+                            grow(r, end, nt)  # the pool's free blocks were counted (_events)
+                    elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
+                        mgr.cache_blocks(r, min(end, nt))
+                nf = -1
+            if nf < 0:
+                nf, entries, internal = pool.num_free, mgr.entries, mgr.internal
+                u = 1.0 - nf / capacity
+                permille = round(u * 1000)
             held_c += n
             steps += 1
-            nf = pool.num_free
-            u = 1.0 - nf / capacity
             usage_sum += u  # in the loop's order: the same float sum
-            out.free += nf
-            out.entries += mgr.entries
-            out.computed += held_c
-            out.internal += mgr.internal
+            sum_free += nf
+            sum_entries += entries
+            sum_c += held_c
+            sum_int += internal
             if tl_every and steps % tl_every == 0:
-                timeline.append((s + k, clock, *split(books, 1, nf, mgr.entries, held_c, mgr.internal, 0)))
+                timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, 0)))
                 tl_every = thin(timeline, points, tl_every)
             ps_running.append(n)
-            ps_usage.append(round(u * 1000))
+            ps_usage.append(permille)
             ps_tokens.append(n)
-            ps_waiting.append(len(waiting))
+            ps_waiting.append(nw)
+            launched = clock
             if step_model is not None:
                 ps_start.append(clock)
-                duration = step_model.duration(kv0 + n * (k + 1), 0)
-                out.busy += duration
-                launched = clock
+                kv += n
+                duration = base + per_token * kv
+                busy += duration
                 clock += duration
-            else:
-                launched = clock
             k += 1
+        out.free, out.entries, out.computed, out.internal, out.busy = sum_free, sum_entries, sum_c, sum_int, busy
         for i, r in enumerate(running):
             r.num_computed, r.num_tokens = c0s[i] + k, nt0s[i] + k
             r.generated += k

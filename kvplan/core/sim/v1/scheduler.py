@@ -105,6 +105,10 @@ class _Sim:
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> V1Result:
+        # One function on purpose: a measured hot loop (benchmarks/bench_v1.py, bench_default_path.py). Its state
+        # lives in local variables, since an attribute read is a dictionary lookup and a call one more frame, for
+        # every request at every step; the stretches without admissions run in quiet.py, the pool's rules in
+        # manager.py, and the invariants are checked from outside (_check, tests only).
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
         books = mgr.books
         capacity = books.capacity  # what pool.num_free counts: usage = 1 - free / capacity (BlockPool.usage)

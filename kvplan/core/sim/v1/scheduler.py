@@ -376,6 +376,7 @@ class _Sim:
                     r.finish_step = at
                     r.finish_ps = end_clock
                     mgr.free(r)
+                    r.hasher = None  # its block keys: the pool files what it keeps; a million requests' keys add up
                     held_c -= r.num_computed
                     completed += 1
                     if finished is None:

@@ -58,7 +58,7 @@ def _fitted_pool(wf: WorkloadFile, path: Path, serving: Serving, notes: list[str
         f = fit(FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=s.tensor_parallel_size,
                            pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
                            gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=serving.max_model_len,
-                           max_num_seqs=wf.scheduler.max_num_seqs,
+                           max_num_seqs=v1_max_num_seqs(wf, serving, []) if v1 else wf.scheduler.max_num_seqs,
                            max_num_batched_tokens=v1_batched_tokens(wf, serving, []) if v1
                            else wf.scheduler.max_num_batched_tokens,
                            async_scheduling=wf.scheduler.async_scheduling if v1 else None,
@@ -162,6 +162,19 @@ def v1_batched_tokens(wf: WorkloadFile, serving: Serving, notes: list[str]) -> i
     return mnbt
 
 
+def v1_max_num_seqs(wf: WorkloadFile, serving: Serving, notes: list[str]) -> int:
+    """scheduler.max_num_seqs, or the OpenAI server's default for the GPU and release (said in a note)."""
+    if "max_num_seqs" in wf.scheduler.model_fields_set or serving.gpu is None:
+        return wf.scheduler.max_num_seqs
+    from kvplan.core.engines.vllm.profiles import batch_defaults
+
+    choice = serving.engine
+    seqs = batch_defaults(choice.profile.rules, serving.gpu, serving.max_model_len)[1]
+    notes.append(f"max_num_seqs {seqs}: the OpenAI server's default for this GPU in vLLM {choice.version} "
+                 "(vllm/engine/arg_utils.py); set scheduler.max_num_seqs to change it")
+    return seqs
+
+
 def v1_prefix_caching(wf: WorkloadFile, serving: Serving, notes: list[str]) -> bool:
     """sharing.prefix_caching, but off by default for a model with linear-attention (Mamba) layers."""
     linear = serving.spec is not None and any(isinstance(layer, LinearLayer) for layer in serving.spec.layers)
@@ -200,7 +213,7 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
                      "scheduler.async_scheduling: false for the synchronous scheduler")
     try:
         layout = layout_from_plan(pool.plan, serving.max_model_len)
-        scheduler = SchedulerConfig(max_num_seqs=sch.max_num_seqs, max_num_batched_tokens=mnbt,
+        scheduler = SchedulerConfig(max_num_seqs=v1_max_num_seqs(wf, serving, notes), max_num_batched_tokens=mnbt,
                                     max_model_len=serving.max_model_len, enable_prefix_caching=caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
                                     async_scheduling=async_, rules=choice.profile.rules.scheduler)

@@ -127,7 +127,7 @@ def choose_simulator(wf: WorkloadFile, path: Path, serving: Serving, override: s
         return V1, (f"auto: vLLM {choice.version} schedules with its V1 engine" + (f"; {'; '.join(needs)}"
                                                                                  if needs else ""))
     if needs and choice.name != "vllm":
-        raise ConfigError(f"{path}: {needs[0]} is simulated with vLLM v1's scheduler only; set serving.engine: "
+        raise ConfigError(f"{path}: only vLLM v1's scheduler simulates {needs[0]}; set serving.engine: "
                           f"vllm (got {wf.serving.engine})")
     if needs:
         return V1, (f"auto: {'; '.join(needs)} (vLLM {choice.version} is a V0 release: its own scheduler is not "

@@ -1,6 +1,6 @@
-"""``--plot``: one picture of a run (``plot_run``): for the event engine a stacked memory timeline per allocator on
-one time axis, and the time-averaged breakdown; for a vllm-v1 run, the pool's usage and the requests running and
-waiting over simulated seconds."""
+"""``--plot``: one picture of a run (``plot_run``): for either simulator a stacked memory timeline per allocator on
+one time axis, and the time-averaged breakdown; for a vllm-v1 run whose pool holds Mamba state (not token slots),
+the pool's usage and the requests running and waiting over simulated seconds."""
 
 from __future__ import annotations
 

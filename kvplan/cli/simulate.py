@@ -23,7 +23,8 @@ WorkloadArg = Annotated[Path, typer.Argument(
                              "docs/workloads.md, kvplan schema workload.")]
 AllocatorOpt = Annotated[Optional[list[str]], typer.Option(
     "--allocator", "-a", help="Allocator to simulate, repeatable (contiguous-max, contiguous-pow2, contiguous-oracle, "
-                              "paged-B); default: the file's allocators.")]
+                              "paged-B); default: the file's allocators (under vllm-v1 without any: vLLM's "
+                              "paged pool).")]
 EngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", "-e", help="Engine whose budget sizes the pool, optionally pinned: vllm==0.11.0 (default: the file's "
                            "serving.engine).")]

@@ -259,10 +259,12 @@ class Sharing(_Strict):
 
 
 class Scheduler(_Strict):
-    max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default 256 "
-                                                                 "(vLLM V0's default).")
+    max_num_seqs: int = Field(256, ge=1, le=1 << 20, description="Most sequences running at once. Default: under "
+                              "vllm-v1 with a gpu, the OpenAI server's for that GPU and release (256 or 1024); "
+                              "otherwise 256 (vLLM V0's default).")
     max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description=(
-        "Prompt tokens admitted per step, e.g. 8192 or 8k. Default max(max_model_len, 2048), vLLM's without "
+        "Tokens scheduled per step, e.g. 8192 or 8k. Default: under vllm-v1, the OpenAI server's for the GPU and "
+        "release (2048 without a gpu); under the event engine max(max_model_len, 2048), vLLM V0's without "
         "chunked prefill."))
     max_model_len: int | None = Field(None, ge=2, le=MAX_MODEL_LEN, description="Longest sequence, prompt plus "
                                       "output, e.g. 2048 or 2k; default: the model's positions.")
@@ -306,7 +308,7 @@ class WorkloadFile(_Strict):
     scheduler: Scheduler = Field(Scheduler(), description="The engine's scheduler limits.")
     allocators: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOCATORS), min_length=1, description=(
         "KV allocators compared: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B tokens per block). "
-        f"Default {', '.join(DEFAULT_ALLOCATORS)}."))
+        f"Default: under the event engine {', '.join(DEFAULT_ALLOCATORS)}; under vllm-v1 vLLM's paged pool alone."))
     placement: Literal["buddy", "first-fit"] = Field("buddy", description="How contiguous reservations are placed "
                                                                           "in the pool. Default buddy.")
     step_time: StepTime = Field(StepTime(), description="How long one scheduler step takes.")

@@ -156,3 +156,24 @@ def test_event_cannot_run_sessions_and_auto_takes_v1_on_v1_releases_event_on_v0(
                      "value: 5}}\n")
     with pytest.raises(ConfigError, match="event cannot simulate multi-turn"):
         plan_simulation(sessions)
+
+
+@pytest.mark.parametrize("gpu, release, seqs, mnbt", [("H100-80GB", "0.33.0", 1024, 8192),
+                                                       ("A100-40GB", "0.33.0", 256, 2048),
+                                                       ("H100-80GB", "0.8.0", 1024, 8192)])
+def test_v1_takes_the_servers_batch_limits_for_the_gpu_and_release(tmp_path, gpu, release, seqs, mnbt):
+    from kvplan.core.engines.vllm.profiles import batch_defaults
+    from kvplan.core.profiles import parse_engine
+    from kvplan.io.gpus import get_gpu
+
+    # vllm/engine/arg_utils.py: the OpenAI server's defaults when the command line gives none
+    assert batch_defaults(parse_engine(f"vllm=={release}").profile.rules, get_gpu(gpu), 8192) == (mnbt, seqs)
+    text = (f"serving: {{model: llama3.1-8b, gpu: {gpu}, engine: vllm=={release}}}\n"
+            "requests: {count: 5, arrival: {process: poisson, rate: 1.0}, prompt_tokens: {dist: constant, value: 100}, "
+            "output_tokens: {dist: constant, value: 10}}\nscheduler: {max_model_len: 8192}\n")
+    plan = _v1(_file(tmp_path, text))
+    assert (plan.inputs.scheduler.max_num_seqs, plan.inputs.scheduler.max_num_batched_tokens) == (seqs, mnbt)
+    assert any(n.startswith(f"max_num_seqs {seqs}: the OpenAI server's default") for n in plan.notes)
+    stated = _v1(_file(tmp_path, text.replace("max_model_len: 8192", "max_model_len: 8192, max_num_seqs: 64")))
+    assert stated.inputs.scheduler.max_num_seqs == 64
+    assert not any(n.startswith("max_num_seqs") for n in stated.notes)

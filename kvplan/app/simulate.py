@@ -30,8 +30,8 @@ def plan_simulation(path: Path, *, engine: str | None = None, simulator: str | N
     """Everything a run needs, decided once: ``engine`` overrides serving.engine, ``simulator`` scheduler.model,
     ``allocators``/``placement`` the file's (event engine)."""
     wf = read_workload(path, engine)
-    notes: list[str] = []
     serving = _serving(wf, path)
+    notes: list[str] = [serving.engine.note] if serving.engine.note else []  # the release asked, the profile taken
     wanted, why = choose_simulator(wf, path, serving, simulator)
     plain = None if needs_segments(wf) else plain_requests(wf, path, max_model_len=serving.max_model_len, notes=notes)
     mnbt = wf.scheduler.max_num_batched_tokens or max(serving.max_model_len, V0_MIN_BATCHED_TOKENS)

@@ -13,6 +13,7 @@ the LM head on the last (vLLM ``get_pp_indices`` for the layers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec, MoEShape, NoCacheLayer
@@ -71,6 +72,7 @@ class ParamCounts:
     embedding: int
     lm_head: int  # 0 when tied
     layers_split: tuple[int, ...]  # attention + mixer + MLP weights split over TP
+    layers_attn: tuple[int, ...]  # the token mixer's share of layers_split (the rest is the MLP's)
     layers_experts: tuple[int, ...]  # routed-expert weights (split over TP or experts)
     layers_whole: tuple[int, ...]  # norms, routers, replicated down-projections
     final_norm: int
@@ -146,7 +148,7 @@ def _mlp_params(arch: ArchShape, width: int) -> int:
 
 def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
     h = arch.hidden_size
-    split, experts, whole = [], [], []
+    split, attn, experts, whole = [], [], [], []
     for i, layer in enumerate(spec.layers):
         s, w = _attention_params(layer, arch, spec.num_attention_heads)
         if isinstance(layer, NoCacheLayer) and 0 <= layer.reads_layer < len(spec.layers):
@@ -154,6 +156,7 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         if isinstance(layer, AttentionLayer) and i < len(arch.k_eq_v_layers) and arch.k_eq_v_layers[i]:
             v_dim = layer.num_kv_heads * layer.v_head_dim
             s -= h * v_dim + (v_dim if arch.qkv_bias else 0)  # no v_proj: V is the K projection's output
+        attn.append(s)
         width = arch.layer_intermediate[i] if i < len(arch.layer_intermediate) else arch.intermediate_size
         e = 0
         moe_here = arch.moe is not None and i < len(arch.moe_layers) and arch.moe_layers[i]
@@ -184,6 +187,7 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         embedding=embedding,
         lm_head=0 if arch.tie_word_embeddings else arch.vocab_size * h,
         layers_split=tuple(split),
+        layers_attn=tuple(attn),
         layers_experts=tuple(experts),
         layers_whole=tuple(whole),
         final_norm=h * (2 if arch.norm_bias else 1),
@@ -209,22 +213,32 @@ def weight_bytes(
     keep_fmt: WeightFormat,
     tp: int = 1,
     stages: list[range] | None = None,
+    part_fmt: Callable[[int, str], WeightFormat | None] | None = None,
 ) -> WeightBytes:
     """Bytes of the weights in total and on the most loaded GPU.
 
     ``fmt`` stores the decoder's projections, ``expert_fmt`` the routed experts (default ``fmt``),
     ``keep_fmt`` the embeddings, LM head, norms and routers (quantized checkpoints keep them in the
-    model dtype).
+    model dtype). ``part_fmt(layer, part)``, when given, stores each layer's ``"attn"``, ``"mlp"`` and
+    ``"experts"`` weights instead (None: that part is left unquantized, in ``keep_fmt``), for checkpoints
+    whose quantization config names the modules it quantizes or leaves out (kvplan.core.quant).
     """
     counts = count_params(spec, arch)
     expert_fmt = expert_fmt or fmt
     stages = stages or [range(spec.num_layers)]
 
     def stage_bytes(layers: range, first: bool, last: bool, ranks: int) -> int:
-        split = sum(counts.layers_split[i] for i in layers)
-        exp = sum(counts.layers_experts[i] for i in layers)
+        # parameters by (format, routed expert or not), summed before rounding to whole bytes
+        by_fmt: dict[tuple[WeightFormat, bool], int] = {}
+        for i in layers:
+            mixer = counts.layers_attn[i]
+            for part, n, default in (("attn", mixer, fmt), ("mlp", counts.layers_split[i] - mixer, fmt),
+                                     ("experts", counts.layers_experts[i], expert_fmt)):
+                f = default if part_fmt is None else (part_fmt(i, part) or keep_fmt)
+                key = (f, part == "experts")
+                by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
-        out = fmt.bytes_for(-(-split // ranks)) + expert_fmt.bytes_for(-(-exp // ranks)) + keep_fmt.bytes_for(whole)
+        out = sum(f.bytes_for(-(-n // ranks)) for (f, _), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
         if first:
             out += keep_fmt.bytes_for(-(-counts.embedding // ranks)) + keep_fmt.bytes_for(counts.extra)
         if last:

@@ -9,6 +9,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import ModelSpec
+from kvplan.core.quant import quant_rule
 from kvplan.core.weights import WeightBytes, get_weight_format, weight_bytes
 from kvplan.core.units import GiB  # noqa: F401  (the capacity modules import it from here)
 from kvplan.errors import ConfigError, InputError
@@ -150,6 +151,7 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     quant = spec.raw_config.get("quantization_config") or (spec.raw_config.get("text_config") or {}).get("quantization_config")
     method = (quant or {}).get("quant_method") if isinstance(quant, dict) else None
     expert_fmt = None
+    rule = None
     if req.weight_dtype != "auto":
         fmt = get_weight_format(req.weight_dtype)
     elif method == "fp8" and spec.model_type == "deepseek_v4":
@@ -166,10 +168,16 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
         notes.append("weights: routed experts are MXFP4 (quantization_config), the rest in the model dtype")
     elif method in ("awq", "gptq"):
         fmt = get_weight_format("int4-g128")
+    elif (rule := quant_rule(quant, model_bits=keep.bits, hidden_size=spec.arch.hidden_size)) is not None:
+        # compressed-tensors, ModelOpt, fbgemm_fp8: a format per layer part (part_fmt), the modules they leave
+        # out kept; fmt only names the weights in the report
+        fmt = rule.groups[0][1]
+        notes.append(rule.note)
     else:
         fmt = keep
     stages = pp_stages(spec.num_layers, req.pp)
-    return weight_bytes(spec, spec.arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages), notes
+    return weight_bytes(spec, spec.arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
+                        part_fmt=rule.part_fmt if rule else None), notes
 
 
 def check_request(req: FitRequest) -> None:

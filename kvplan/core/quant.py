@@ -1,0 +1,196 @@
+"""How a quantized checkpoint stores each decoder Linear, read from config.json's ``quantization_config``.
+
+The rules are the parameters vLLM 0.19.0 allocates when it loads such a checkpoint (what its
+"Model loading took X GiB" measures), file and function cited at each one; paths are under
+``vllm/model_executor/layers/quantization/``. Pure: the config arrives as a dict.
+
+Three methods name their modules, so a layer's attention, MLP and routed experts may differ:
+
+- ``compressed-tensors`` (llm-compressor, RedHat/Neural Magic): ``config_groups`` say which modules
+  (``targets``: the class ``Linear`` or names / ``re:`` patterns) get which ``weights`` scheme;
+  ``ignore`` lists modules left in the model dtype.
+- ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / FP8_PER_CHANNEL_PER_TOKEN /
+  FP8_PB_WO / NVFP4, ``exclude_modules`` (``ignore`` in the flat form).
+- ``fbgemm_fp8``: FP8 with a scale per output channel, ``modules_to_not_convert``.
+
+Only Linear layers are quantized; embeddings, norms and the LM head (vLLM's ``ParallelLMHead`` is a
+``VocabParallelEmbedding``, not a ``LinearBase``: ``compressed_tensors.py::CompressedTensorsConfig.
+get_quant_method`` returns None for it) stay in the model dtype, as do the routers and replicated
+down-projections kvplan counts whole (a compressed-tensors checkpoint that quantizes a router is
+over-counted by its few parameters).
+
+Scale counts: one per group of ``group_size`` inputs (strategy group), per tensor (a handful of fp32
+per module, not counted), and per output channel, counted as one per ``hidden_size`` parameters: exact
+for q/k/v/gate/up, whose inputs are hidden_size wide; o_proj and down_proj have fewer rows than that
+rule gives them, an over-count under 0.05% of the weights (Llama-3.3-70B: 6.5 MB of 70 GB).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import Any
+
+from kvplan.core.weights import WeightFormat
+
+# Module names (as the checkpoint spells them) that make up each part kvplan counts; a part is left
+# unquantized only when every one of its modules is.
+_PART_MODULES = {
+    "attn": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"),
+    "mlp": ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+    "experts": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
+}
+# A vision-language checkpoint nests the text decoder (Mistral3, Gemma 3: language_model.model.layers)
+_LAYER_PREFIXES = ("model.layers", "language_model.model.layers", "model.language_model.layers")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantRule:
+    """Formats of the quantized parts and the modules left out, as one checkpoint's config gives them."""
+
+    method: str
+    groups: tuple[tuple[tuple[str, ...], WeightFormat], ...]  # (targets, format), first match wins
+    expert_groups: tuple[tuple[tuple[str, ...], WeightFormat], ...]  # for FusedMoE experts
+    ignore: tuple[str, ...]
+    note: str
+
+    def part_fmt(self, layer: int, part: str) -> WeightFormat | None:
+        """The format of one layer's ``attn``, ``mlp`` or ``experts`` weights; None: left in the model dtype."""
+        groups = self.expert_groups if part == "experts" else self.groups
+        for module in _PART_MODULES[part]:
+            names = [f"{prefix}.{layer}.{module}" for prefix in _LAYER_PREFIXES]
+            if any(self._ignored(n) for n in names):
+                continue
+            for targets, fmt in groups:
+                if any(_targets_match(self.method, targets, n) for n in names):
+                    return fmt
+        return None
+
+    def _ignored(self, name: str) -> bool:
+        return any(_matches(self.method, pattern, name) for pattern in self.ignore)
+
+
+def _matches(method: str, pattern: str, name: str) -> bool:
+    if method == "compressed-tensors":
+        # compressed_tensors/utils.py::_is_equal_or_regex_match: the name itself, or re.match after "re:"
+        return re.match(pattern[3:], name) is not None if pattern.startswith("re:") else pattern == name
+    if method == "modelopt":
+        # modelopt.py::ModelOptQuantConfigBase.is_layer_excluded: exact, then substring, then fnmatch wildcards
+        return pattern == name or pattern in name or fnmatch(name, pattern)
+    # fbgemm_fp8.py::FBGEMMFp8Config.get_quant_method -> utils/quant_utils.py::is_layer_skipped: exact name
+    return pattern == name
+
+
+def _targets_match(method: str, targets: tuple[str, ...], name: str) -> bool:
+    # compressed_tensors/utils.py::find_matched_target: a name or re: pattern, else the class name; every
+    # module kvplan counts per part is a Linear (experts too: CompressedTensorsConfig.
+    # _add_fused_moe_to_target_scheme_map lets a "Linear" target match FusedMoE)
+    return "Linear" in targets or any(_matches(method, t, name) for t in targets if t != "Linear")
+
+
+def _fmt(name: str, bits: int, per: int = 0, scale_bits: int = 0) -> WeightFormat:
+    return WeightFormat(name=name, bits=bits, group_elems=per if scale_bits else 0,
+                        group_overhead_bits=scale_bits if per else 0, description=name)
+
+
+def _ct_format(group: dict[str, Any], *, model_bits: int, hidden_size: int) -> WeightFormat | None:
+    """One config group's weights as vLLM's compressed-tensors scheme allocates them."""
+    w = group.get("weights") or {}
+    if not w:
+        return None
+    bits = int(w.get("num_bits", 8))
+    kind = w.get("type", "int")
+    strategy = w.get("strategy") or "tensor"
+    act = group.get("input_activations") or {}
+    symmetric = w.get("symmetric", True) is not False
+    if kind == "float" and bits == 4:
+        # schemes/compressed_tensors_w4a4_nvfp4.py::CompressedTensorsW4A4Fp4.create_weights (and w4a16_nvfp4):
+        # weight uint8 [out, in // 2], weight_scale float8_e4m3fn [out, in // group_size] (group_size 16),
+        # weight_global_scale one fp32 per partition. MXFP4 (w4a16_mxfp4) alike with a uint8 E8M0 scale per 32.
+        per, scale_bits = int(w.get("group_size") or 16), 8
+    elif bits == 8 and (kind == "float" or act.get("num_bits") == 8):
+        # schemes/compressed_tensors_w8a8_fp8.py::CompressedTensorsW8A8Fp8.create_weights
+        # (utils/fp8_utils.py::create_fp8_scale_parameter) and compressed_tensors_w8a8_int8.py::
+        # CompressedTensorsW8A8Int8.create_weights: weight fp8 / int8 [out, in]; weight_scale fp32, [out, 1]
+        # for channel, one per logical partition for tensor, [out / bn, in / bk] for block
+        scale_bits = 32
+        if strategy == "block":
+            bn, bk = (w.get("block_structure") or [128, 128])[:2]
+            per = int(bn) * int(bk)
+        else:
+            per = hidden_size if strategy == "channel" else 0
+    else:
+        # schemes/compressed_tensors_wNa16.py::CompressedTensorsWNA16.create_weights: weight packed in int32
+        # (num_bits each), weight_scale in params_dtype (the model dtype) per group (group_size) or per output
+        # channel (group_size -1), and when not symmetric weight_zero_point packed at num_bits per scale
+        scale_bits = model_bits + (0 if symmetric else bits)
+        per = int(w.get("group_size") or 0) if strategy == "group" else hidden_size
+    label = f"{kind}{bits}" + (f" {strategy}" if strategy != "tensor" else " per-tensor")
+    return _fmt(label, bits, per, scale_bits)
+
+
+def _compressed_tensors(quant: dict[str, Any], model_bits: int, hidden_size: int) -> QuantRule | None:
+    groups = []
+    for group in (quant.get("config_groups") or {}).values():
+        fmt = _ct_format(group, model_bits=model_bits, hidden_size=hidden_size)
+        if fmt is not None:
+            groups.append((tuple(group.get("targets") or ("Linear",)), fmt))
+    if not groups:
+        return None
+    ignore = tuple(quant.get("ignore") or ())
+    kinds = ", ".join(sorted({f.name for _, f in groups}))
+    return QuantRule(method="compressed-tensors", groups=tuple(groups), expert_groups=tuple(groups), ignore=ignore,
+                     note=f"weights: compressed-tensors {kinds} on the Linear layers (quantization_config), "
+                          f"{len(ignore)} ignore entries, embeddings, norms and LM head in the model dtype")
+
+
+def _modelopt(quant: dict[str, Any], hidden_size: int) -> QuantRule | None:
+    nested = quant.get("quantization")  # hf_quant_config.json: {"quantization": {"quant_algo", "exclude_modules"}}
+    src = nested if isinstance(nested, dict) else quant
+    algo = str(src.get("quant_algo") or "").upper()
+    ignore = tuple(src.get("exclude_modules") or src.get("ignore") or ())
+    if algo == "FP8":
+        # modelopt.py::ModelOptFp8LinearMethod.create_weights: fp8 weight, one fp32 weight_scale per partition
+        fmt = _fmt("fp8 per-tensor", 8)
+    elif algo == "FP8_PER_CHANNEL_PER_TOKEN":
+        # modelopt.py::ModelOptFp8PcPtLinearMethod.create_weights: fp32 weight_scale per output channel
+        fmt = _fmt("fp8 channel", 8, hidden_size, 32)
+    elif algo == "FP8_PB_WO":
+        # modelopt.py::ModelOptFp8PbWoLinearMethod.create_weights: fp32 scale per 128 x 128 block
+        fmt = _fmt("fp8 block", 8, 128 * 128, 32)
+    elif algo == "NVFP4":
+        # modelopt.py::ModelOptNvFp4LinearMethod.create_weights: uint8 weight (two E2M1 per byte), fp8 weight_scale
+        # per group_size (16 by default, ModelOptNvFp4Config) inputs, fp32 weight_scale_2 per partition
+        fmt = _fmt("nvfp4", 4, int(src.get("group_size") or 16), 8)
+    else:
+        return None
+    groups = ((("Linear",), fmt),)
+    # modelopt.py::ModelOptFp8MoEMethod / ModelOptNvFp4FusedMoE quantize the routed experts alike
+    return QuantRule(method="modelopt", groups=groups, expert_groups=groups, ignore=ignore,
+                     note=f"weights: ModelOpt {algo} on the Linear layers (quantization_config), {len(ignore)} "
+                          "excluded module patterns, embeddings, norms and LM head in the model dtype")
+
+
+def _fbgemm_fp8(quant: dict[str, Any], hidden_size: int) -> QuantRule:
+    # fbgemm_fp8.py::FBGEMMFp8LinearMethod.create_weights: fp8 weight, fp32 weight_scale [out, 1]; FBGEMMFp8Config.
+    # get_quant_method quantizes LinearBase only, so FusedMoE experts load unquantized
+    ignore = tuple(quant.get("modules_to_not_convert") or ())
+    return QuantRule(method="fbgemm_fp8", groups=((("Linear",), _fmt("fp8 channel", 8, hidden_size, 32)),),
+                     expert_groups=(), ignore=ignore,
+                     note=f"weights: fbgemm FP8 per channel on the Linear layers (quantization_config), "
+                          f"{len(ignore)} modules_to_not_convert in the model dtype")
+
+
+def quant_rule(quant: dict[str, Any] | None, *, model_bits: int, hidden_size: int) -> QuantRule | None:
+    """The rule for a compressed-tensors, ModelOpt or fbgemm_fp8 config; None for any other method."""
+    if not isinstance(quant, dict):
+        return None
+    method = quant.get("quant_method")
+    if method == "compressed-tensors":
+        return _compressed_tensors(quant, model_bits, hidden_size)
+    if method == "modelopt":
+        return _modelopt(quant, hidden_size)
+    if method == "fbgemm_fp8":
+        return _fbgemm_fp8(quant, hidden_size)
+    return None

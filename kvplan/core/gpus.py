@@ -17,6 +17,12 @@ class GPUSpec:
     aliases: tuple[str, ...] = ()
 
     @property
+    def nvswitch_hopper_class(self) -> bool:
+        """Hopper or later on an NVSwitch board (HGX: H100 SXM, H200, H20, B200), not the PCIe or NVL-bridge cards:
+        where NCCL's NVLink SHARP buffers back the tensor-parallel all-reduce (estimates.NON_TORCH_NVSWITCH_TP_BYTES)."""
+        return self.name.upper() in ("H100-80GB", "H200", "H20", "B200")
+
+    @property
     def is_a100_class(self) -> bool:
         """vLLM lowers its batching defaults on A100s (vllm/engine/arg_utils.py)."""
         return self.name.upper().startswith(("A100", "A800"))

@@ -107,9 +107,9 @@ def test_notes_name_the_scheme_and_unknown_methods_stay_in_the_model_dtype():
 @pytest.mark.parametrize("quantized,base,tp,ratio", [
     # Linear layers 1 byte (+0.2% scales) instead of 2; embeddings and LM head (1.09B of 7.62B parameters) stay bf16:
     # (6.53 + 2 x 1.09) / (2 x 7.62) = 0.571
-    ("qwen2.5-7b-instruct-quantized.w8a8", "qwen2.5-7b-instruct", 1, 0.571),
+    ("qwen2.5-7b-w8a8", "qwen2.5-7b-instruct", 1, 0.571),
     # 68.45B Linear parameters of 70.55B: (68.45 + 2 x 2.10) / (2 x 70.55) = 0.515
-    ("llama3.3-70b-instruct-quantized.w8a8", "llama3.1-70b", 2, 0.515),
+    ("llama3.3-70b-w8a8", "llama3.1-70b", 2, 0.515),
 ])
 def test_fit_counts_a_bundled_w8a8_checkpoint_at_its_ratio_to_bf16(quantized, base, tp, ratio):
     gpu = GPUSpec(name="x", memory_bytes=1 << 40)

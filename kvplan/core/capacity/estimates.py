@@ -31,6 +31,15 @@ SAMPLER_COPIES = 2
 # GiB at tp 1 (Table A: A2, A5, A6, A10, A11; the k8s H100 log 0.16), 0.20-0.30 GiB with NCCL (A1, A3, A4).
 NON_TORCH_TP1_BYTES = 160 * MiB
 NON_TORCH_MULTI_GPU_BYTES = 300 * MiB
+# vLLM V1 at tp >= 2 on NVSwitch boards of Hopper and later (H100 SXM, H200, H20, B200): the llm-d-planner logs
+# (vLLM 0.19.0, H100 SXM, 12 starts at tp 2 and 4 of 8 models: tests/fixtures/vllm_logs/llm-d-planner-v0.19.0,
+# benchmarks/bench_real_starts.py) count 2.06-2.21 GiB of non-torch memory per GPU, flat in tp and model, where the
+# PCIe and consumer cards above (A1, A3, A4, tp 2-16) counted 0.20-0.30. The tensor-parallel all-reduce's
+# buffers (NCCL communicators and their NVLink SHARP buffers on NVSwitch Hopper: vllm#9699) are created by the
+# profile run's first collective and counted in it. Their size is NCCL's, not vLLM's: an estimate, the mean of
+# the 12 (2.107 GiB), inside the same band (largest |error| 0.10 GiB). A100 SXM boards (NVSwitch, no NVLink
+# SHARP) are not covered by any log and keep the PCIe figure.
+NON_TORCH_NVSWITCH_TP_BYTES = 2157 * MiB
 # CUDA graphs: memory per captured batch size, per layer and per hidden unit on one TP rank, by era
 # (docs/calibration-points.md Table C; the number of sizes from kvplan/core/engines/vllm/profiles.py::capture_sizes).
 # V0 (captured after the KV cache, measured by "Graph capturing finished ... took"): Qwen3-0.6B 0.13 GiB,
@@ -61,16 +70,25 @@ CUDA_GRAPH_ERROR_FRAC = 0.20
 
 
 def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int,
-                          last_stage: bool = True, sampler_run: bool = True) -> int:
-    """Peak activation of a profiling run over ``tokens`` batched tokens (vLLM ``profile_run``)."""
+                          last_stage: bool = True, sampler_run: bool = True, gathered_logits: bool = False) -> int:
+    """Peak activation of a profiling run over ``tokens`` batched tokens (vLLM ``profile_run``).
+    ``gathered_logits``: every TP rank holds the whole vocabulary's logits (vLLM V1: LogitsProcessor all-gathers
+    them, vllm/model_executor/layers/logits_processor.py::LogitsProcessor._gather_logits with
+    Platform.use_all_gather true under V1, 0.8.0 on; the dummy sampler run then samples all of them on each rank);
+    else a rank's share, vocab / tp."""
     forward = tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2
     vocab = spec.arch.vocab_size if spec.arch else 0
     fp32 = get_dtype("fp32").vector_bytes(1)  # the sampler's logits are float32
-    sampler = max_num_seqs * -(-vocab // tp) * fp32 * SAMPLER_COPIES if (last_stage and sampler_run) else 0
+    width = vocab if gathered_logits else -(-vocab // tp)
+    sampler = max_num_seqs * width * fp32 * SAMPLER_COPIES if (last_stage and sampler_run) else 0
     return forward + sampler
 
 
-def non_torch_bytes(tp: int, pp: int) -> int:
+def non_torch_bytes(tp: int, pp: int, *, nvswitch_all_reduce: bool = False) -> int:
+    """Non-torch memory one GPU's profile run adds; ``nvswitch_all_reduce``: vLLM V1's tensor-parallel all-reduce
+    on an NVSwitch board of Hopper and later (counted at tp >= 2)."""
+    if nvswitch_all_reduce and tp >= 2:
+        return NON_TORCH_NVSWITCH_TP_BYTES
     return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_MULTI_GPU_BYTES
 
 

@@ -96,3 +96,42 @@ def test_bands_are_tight():
     worst_act = max(abs(activation(r, t, s, tp, v1) / (g * GiB) - 1) for _, r, t, s, tp, v1, g in ACTIVATION)
     assert worst_act <= estimates.ACTIVATION_ERROR_FRAC <= 1.5 * worst_act
     assert estimates.NON_TORCH_ERROR_BYTES <= 1.5 * abs(estimates.non_torch_bytes(1, 1) - 0.03 * GiB)
+
+
+# vLLM 0.19.0 on H100 SXM at tp >= 2: each start's non-torch GiB per GPU, from the DEBUG line "non-torch forward
+# increase memory" of the llm-d-planner logs (Apache-2.0; two are in tests/fixtures/vllm_logs/llm-d-planner-v0.19.0,
+# all in benchmarks/bench_real_starts.py's run). Eight models, tp 2 and 4: flat in both.
+NVSWITCH_TP = [("fp8dyn-llama-3-3-70b tp2", 2, 2.10), ("fp8dyn-llama-3-3-70b tp4", 4, 2.21),
+               ("llama-3-1-8b tp2", 2, 2.07), ("llama-3-1-8b tp4", 4, 2.13), ("llama-4-scout tp4", 4, 2.17),
+               ("mixtral-8x7b tp2", 2, 2.07), ("gpt-oss-20b tp2", 2, 2.07), ("qwen2-5-72b tp2", 2, 2.09),
+               ("qwen2-5-7b tp2", 2, 2.06), ("qwen2-5-7b tp4", 4, 2.13), ("redhatai-llama-3-3-70b tp2", 2, 2.11),
+               ("w8a8-mistral-small-24b tp2", 2, 2.07)]
+
+
+@pytest.mark.parametrize("run,tp,logged", NVSWITCH_TP, ids=[r[0] for r in NVSWITCH_TP])
+def test_non_torch_of_the_nvswitch_all_reduce_within_its_band(run, tp, logged):
+    estimate = estimates.non_torch_bytes(tp, 1, nvswitch_all_reduce=True)
+    assert abs(estimate - logged * GiB) <= estimates.NON_TORCH_ERROR_BYTES, run
+
+
+def _fit(gpu: str, tp: int, engine: str = "vllm==0.19.0"):
+    from kvplan.app.fit import fit_model
+
+    return fit_model("llama3.1-8b", gpu=gpu, engine=engine, tp=tp, gpu_memory_utilization=0.95,
+                     max_model_len=8192).result.breakdown
+
+
+def test_the_nvswitch_estimate_applies_where_its_logs_are():
+    assert _fit("H100-80GB", 2).non_torch == _fit("H200", 4).non_torch == estimates.NON_TORCH_NVSWITCH_TP_BYTES
+    assert _fit("H100-80GB", 1).non_torch == estimates.NON_TORCH_TP1_BYTES  # no all-reduce
+    for gpu in ("H100-PCIe", "A100-80GB", "L40S"):  # no log of these at tp >= 2 says otherwise: the PCIe figure
+        assert _fit(gpu, 2).non_torch == estimates.NON_TORCH_MULTI_GPU_BYTES, gpu
+    assert _fit("H100-80GB", 2, "vllm==0.6.6").non_torch == estimates.NON_TORCH_MULTI_GPU_BYTES  # V0: not measured
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_v1_samples_the_whole_vocabulary_on_every_rank(tp):
+    # Llama-3.1-8B on H100 SXM, vLLM 0.19.0, max_num_seqs 1024: the llm-d-planner logs' activation peak is 1.89 GiB
+    # at tp 1, 2 and 4: every rank all-gathers the logits (LogitsProcessor._gather_logits), so the dummy sampler
+    # run's fp32 logits are 1024 x 128,256 on each, not split by tp
+    assert abs(_fit("H100-80GB", tp).activation / (1.89 * GiB) - 1) <= estimates.ACTIVATION_ERROR_FRAC

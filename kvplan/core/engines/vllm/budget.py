@@ -180,7 +180,12 @@ class VLLMBudget(EngineBudget):
         v: _Settings = setup.engine
         return estimates.activation_peak_bytes(
             req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
-            act_bytes=resolve_kv_dtype(req.spec, "auto").vector_bytes(1), last_stage=last_stage, sampler_run=v.rules.v1)
+            act_bytes=resolve_kv_dtype(req.spec, "auto").vector_bytes(1), last_stage=last_stage, sampler_run=v.rules.v1,
+            gathered_logits=v.rules.v1)
+
+    def non_torch(self, req: FitRequest, setup: Setup) -> int:
+        v: _Settings = setup.engine
+        return estimates.non_torch_bytes(req.tp, req.pp, nvswitch_all_reduce=v.rules.v1 and req.gpu.nvswitch_hopper_class)
 
     def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine

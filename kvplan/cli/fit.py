@@ -80,6 +80,9 @@ SpeculativeTokensOpt = Annotated[int, typer.Option("--num-speculative-tokens", h
 AttentionBackendOpt = Annotated[Optional[str], typer.Option("--attention-backend", help=(
     "vLLM MLA backend, which sets the block size: FLASHMLA 64 (default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
     "FLASHINFER_MLA 32 or 64, TRITON_MLA."))]
+AsyncSchedulingOpt = Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling", help=(
+    "vLLM: schedule the next batch while one runs (default: the release's: on from 0.14); from 0.26 it sizes "
+    "sliding-window and chunked layers by the batches in flight."))]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of max-model-len tokens that must fit at once (default: one)."))]
 
@@ -113,6 +116,7 @@ def fit_cmd(
     num_speculative_tokens: SpeculativeTokensOpt = 0,
     attention_backend: AttentionBackendOpt = None,
     concurrency: ConcurrencyOpt = None,
+    async_scheduling: AsyncSchedulingOpt = None,
     as_json: JsonOption = False,
     fetch: FetchOption = None,
     revision: RevisionOption = None,
@@ -127,7 +131,8 @@ def fit_cmd(
         max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, concurrency=concurrency, fetch=fetch, revision=revision)
+        attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling, fetch=fetch,
+        revision=revision)
     say_fetched(report.hub, as_json)
     if as_json:
         print_json({**fit_json(report), "fetched": fetched_json(report.hub)})

@@ -180,3 +180,61 @@ def test_the_fewest_gpus_when_nothing_fits():
     assert "What would make it fit" not in text and "The fewest GPUs that fit" in text and few["change"] in text
     code, out = _fit("llama3-70b", "--gpu", "L40S")
     assert code == 1 and out["fewest_gpus"] is None  # a single change fits: the what-if table stays
+
+
+def _fit_json(*args: str) -> dict:
+    r = runner.invoke(app, ["fit", *args, "--gpu", "H100-80GB", "--max-model-len", "32768",
+                            "--kv-cache-memory-bytes", "20GiB", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("flag,in_flight,concurrency", [
+    # gemma3-27b: 52 sliding layers (window 1024) and 10 full in 7 groups of 10 (1 full, 6 sliding), a block 16
+    # tokens x 10 layers x 2 x 16 KV heads x 128 x 2 B = 1,310,720 B; 20 GiB holds 16,384 blocks. Full:
+    # cdiv(32768, 16) = 2048 blocks. Sliding: cdiv(min(1023 + in_flight, 32768), 16) + 1 (0.26.0:
+    # vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_admission_blocks_per_request).
+    ("--no-async-scheduling", 8192, 16384 / (2048 + 6 * 577)),  # cdiv(9215, 16) + 1 = 577
+    ("--async-scheduling", 16384, 16384 / (2048 + 6 * 1089)),  # 2 batches: cdiv(17407, 16) + 1 = 1089
+])
+def test_async_scheduling_sizes_sliding_layers_from_0_26(flag, in_flight, concurrency):
+    out = _fit_json("gemma3-27b", "--engine", "vllm==0.26.0", flag)
+    assert out["num_blocks"] == 16384 and out["page_size_bytes"] == 1310720
+    assert out["settings"]["async_scheduling"] is (flag == "--async-scheduling")
+    assert out["settings"]["max_in_flight_tokens"] == in_flight
+    assert out["max_concurrency"] == round(concurrency, 4)
+    assert any(f"max_in_flight_tokens {in_flight} =" in note for note in out["notes"]), out["notes"]
+    # 0.25 admits one batch either way: the setting does not move its plan, nor is it reported
+    before = _fit_json("gemma3-27b", "--engine", "vllm==0.25.0", flag)
+    assert before["max_concurrency"] == round(16384 / (2048 + 6 * 577), 4)
+    assert "async_scheduling" not in before["settings"]
+
+
+def test_the_release_default_is_async_and_the_text_says_so():
+    assert _fit_json("gemma3-27b", "--engine", "vllm==0.26.0")["settings"]["max_in_flight_tokens"] == 16384
+    r = runner.invoke(app, ["fit", "gemma3-27b", "--gpu", "H100-80GB", "--engine", "vllm==0.26.0", "--max-model-len",
+                            "32768", "--kv-cache-memory-bytes", "20GiB"])
+    assert r.exit_code == 0, r.output
+    assert "async scheduling on: vLLM's default" in " ".join(r.stdout.split()), r.stdout
+
+
+@pytest.mark.parametrize("model,version,flag,batches,page,concurrency", [
+    # gpt-oss-20b at pp 2: 6 sliding (window 128) and 6 full layers a stage, 2 groups of 6; a block 16 x 6 x 2 x 8
+    # KV heads x 64 x 2 B = 196,608 B, 20 GiB holds 109,226. Full 2048 blocks; sliding cdiv(127 + in_flight, 16) + 1.
+    # 0.28: a MoE not on DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES runs the V1 model runner: pp = 2 batches, async or not
+    ("gpt-oss-20b", "0.28.0", "--async-scheduling", 2, 196608, 109226 / (2048 + 1033)),  # cdiv(16511, 16) + 1
+    ("gpt-oss-20b", "0.28.0", "--no-async-scheduling", 2, 196608, 109226 / (2048 + 1033)),
+    # 0.29: every model runs the V2 model runner: pp + 1 = 3 batches with async scheduling
+    ("gpt-oss-20b", "0.29.0", "--async-scheduling", 3, 196608, 109226 / (2048 + 1545)),  # cdiv(24703, 16) + 1
+    ("gpt-oss-20b", "0.29.0", "--no-async-scheduling", 2, 196608, 109226 / (2048 + 1033)),
+    # gemma3-27b is dense: the V2 model runner from 0.26. pp 2: stages of 31 layers (26 sliding, 5 full) in 7 groups
+    # of 5, a block 655,360 B, 32,768 blocks; 3 batches: cdiv(1023 + 24576, 16) + 1 = 1601 blocks a sliding group
+    # (pp alone, 2 batches, would be 1089: 3.82 requests)
+    ("gemma3-27b", "0.26.0", "--async-scheduling", 3, 655360, 32768 / (2048 + 6 * 1601)),
+])
+def test_pipeline_parallel_async_counts_pp_plus_one_on_the_v2_runner(model, version, flag, batches, page,
+                                                                     concurrency):
+    out = _fit_json(model, "-pp", "2", "--engine", f"vllm=={version}", flag)
+    assert out["settings"]["max_in_flight_tokens"] == batches * 8192
+    assert out["page_size_bytes"] == page and out["num_blocks"] == 20 * GiB // page
+    assert out["max_concurrency"] == round(concurrency, 4)

@@ -124,3 +124,30 @@ def test_engines_built_without_a_profile_follow_the_newest():
 
     for name in ("hf", "vllm", "sglang", "trtllm"):
         assert get_engine(name) == get_engine(name, profile=registry().newest(name)), name
+
+
+@pytest.mark.parametrize("version,architectures,moe,hybrid,v2", [
+    ("0.25.0", ("LlamaForCausalLM",), False, False, False),  # before 0.26 the plan reads no runner: V1 recorded
+    ("0.26.0", ("Gemma3ForConditionalGeneration",), False, False, True),  # neither MoE nor hybrid
+    ("0.26.0", ("GptOssForCausalLM",), True, False, False),  # a MoE off the list
+    ("0.26.0", ("Qwen2MoeForCausalLM",), True, False, True),  # a MoE on DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
+    ("0.26.0", ("NemotronHForCausalLM",), False, True, False),  # hybrid (Mamba)
+    ("0.27.0", ("KimiK3ForConditionalGeneration",), True, False, True),
+    ("0.28.0", ("DeepseekV4ForCausalLM",), True, False, True),
+    ("0.29.0", ("GptOssForCausalLM",), True, False, True),  # every model
+    ("0.33.0", ("NemotronHForCausalLM",), False, True, True),
+])
+def test_the_v2_model_runner_by_release(version, architectures, moe, hybrid, v2):
+    """vllm/config/vllm.py::VllmConfig.use_v2_model_runner, _is_default_v2_model_runner_model (0.26.0-0.28.0)."""
+    rules = parse_engine(f"vllm=={version}").profile.rules
+    assert rules.runs_v2(architectures=architectures, moe=moe, hybrid=hybrid) is v2
+
+
+@pytest.mark.parametrize("pp,async_,v2,batches", [
+    (1, False, True, 1), (1, True, False, 2), (1, True, True, 2), (2, True, False, 2), (2, True, True, 3),
+    (4, False, True, 4), (4, True, True, 5),
+])
+def test_max_concurrent_batches(pp, async_, v2, batches):
+    """vllm/config/vllm.py::VllmConfig.max_concurrent_batches (0.23.0 to 0.33.0)."""
+    rules = parse_engine("vllm==0.33.0").profile.rules
+    assert rules.max_concurrent_batches(pp=pp, async_scheduling=async_, v2_runner=v2) == batches

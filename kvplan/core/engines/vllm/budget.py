@@ -41,7 +41,7 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.engines.vllm.profiles import (CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               mla_block)
-from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, MLALayer
+from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 
 
@@ -55,14 +55,30 @@ def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: 
 
 
 
-def _in_flight_tokens(rules: VLLMRules, mnbt: int, pp: int, async_scheduling: bool | None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class InFlight:
+    """What a sliding/chunked layer admits: max_in_flight_tokens = batches x max_num_batched_tokens (0.26.0 on),
+    and how the batches were counted."""
+
+    tokens: int
+    batches: int
+    async_scheduling: bool  # as resolved: the flag, else the release's default
+    v2_runner: bool
+
+
+def in_flight(rules: VLLMRules, spec: ModelSpec, mnbt: int, pp: int, async_scheduling: bool | None) -> InFlight:
     """Tokens a sliding/chunked layer must admit: max_num_batched_tokens until 0.26; then
-    max_concurrent_batches x max_num_batched_tokens, two batches with async scheduling at pp 1, else pp
-    (0.26.0: vllm/config/vllm.py). ``async_scheduling`` None: the release's default."""
-    if not rules.in_flight_admission:
-        return mnbt
+    max_concurrent_batches x max_num_batched_tokens (0.26.0: vllm/config/vllm.py::VllmConfig.max_in_flight_tokens),
+    the batches by the model runner the release picks for the model (VLLMRules.max_concurrent_batches).
+    ``async_scheduling`` None: the release's default."""
     async_ = rules.async_default if async_scheduling is None else async_scheduling
-    return mnbt * (2 if async_ and pp == 1 else pp)
+    architectures = tuple(a for a in spec.raw_config.get("architectures") or () if isinstance(a, str))
+    v2 = rules.runs_v2(architectures=architectures, moe=spec.arch is not None and spec.arch.moe is not None,
+                       hybrid=any(isinstance(x, LinearLayer) for x in spec.layers))
+    if not rules.in_flight_admission:
+        return InFlight(tokens=mnbt, batches=1, async_scheduling=async_, v2_runner=v2)
+    batches = rules.max_concurrent_batches(pp=pp, async_scheduling=async_, v2_runner=v2)
+    return InFlight(tokens=batches * mnbt, batches=batches, async_scheduling=async_, v2_runner=v2)
 
 
 # vLLM refuses a max_model_len above the length it derives from the config unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
@@ -125,7 +141,7 @@ class _Settings:
     kv_dtype: KVDtype
     max_num_batched_tokens: int
     max_num_seqs: int
-    in_flight_tokens: int
+    in_flight: InFlight
     hybrid: bool
     graphs: tuple[int, ...]  # the captured batch sizes (none when eager)
 
@@ -169,7 +185,8 @@ class VLLMBudget(EngineBudget):
                          f"{min(req.gpu_memory_per_rank) / GiB:.2f} GiB, and gives every rank the smallest rank's "
                          "block count")
         return _Settings(rules=rules, block_size=block_size, kv_dtype=kv_dtype, max_num_batched_tokens=mnbt,
-                         max_num_seqs=max_num_seqs, in_flight_tokens=_in_flight_tokens(rules, mnbt, req.pp, req.async_scheduling),
+                         max_num_seqs=max_num_seqs,
+                         in_flight=in_flight(rules, req.spec, mnbt, req.pp, req.async_scheduling),
                          hybrid=rules.hybrid_manager and not req.disable_hybrid_kv_cache_manager,
                          graphs=graphs), notes
 
@@ -227,7 +244,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     rules, util, max_len = v.rules, setup.utilization, setup.max_model_len
     subtract_graphs = rules.cuda_graphs.subtracted
     plan = plan_stages([(p.layout, p.stage.kv_bytes) for p in pools], rules, max_len,
-                       in_flight_tokens=v.in_flight_tokens, num_gpu_blocks_override=req.num_gpu_blocks_override,
+                       in_flight_tokens=v.in_flight.tokens, num_gpu_blocks_override=req.num_gpu_blocks_override,
                        auto_fit=req.auto_fit_max_model_len)
     layout = plan.layout
     assert layout is not None
@@ -252,7 +269,9 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
         if req.kv_cache_memory_bytes is None else None,
         settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
                   "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
-                  "cuda_graph_sizes": len(v.graphs)},
+                  "cuda_graph_sizes": len(v.graphs),
+                  **({"async_scheduling": v.in_flight.async_scheduling, "max_in_flight_tokens": v.in_flight.tokens}
+                     if windowed(layout, rules) else {})},
         notes=tuple(notes), usable_blocks=usable, logged_kv_cache_tokens=plan.logged_kv_cache_tokens,
         logged_capacity_rule=plan.logged_capacity_rule, pool_plan=plan,
     )
@@ -273,7 +292,7 @@ def _capacity_reasons(req: FitRequest, v: _Settings, plan: VLLMPlan, binding: St
                        f"{util} x {memory / GiB:.2f} GiB = {requested / GiB:.2f} GiB "
                        f"(short by {-kv / GiB:.2f} GiB)")
     elif not plan.fits:
-        reasons.append(_no_fit_reason(plan, max_len, v.in_flight_tokens))
+        reasons.append(_no_fit_reason(plan, max_len, v.in_flight.tokens))
     slack = memory - requested
     if v.graphs and not subtract_graphs and req.kv_cache_memory_bytes is None and c.cuda_graph > slack:
         # before 0.20 the KV cache takes the whole budget first; the graphs are captured afterwards in what is
@@ -306,6 +325,8 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
     v: _Settings = setup.engine
     rules, spec = v.rules, req.spec
     notes = []
+    if windowed(layout, rules):
+        notes.append(_in_flight_note(req, v))
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
@@ -331,6 +352,28 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
                                         else "is sized: estimated and logged, not subtracted unless VLLM_MEMORY_"
                                         "PROFILER_ESTIMATE_CUDAGRAPHS=1"))
     return notes
+
+
+def windowed(layout: KVLayout | None, rules: VLLMRules) -> bool:
+    """Whether the batches in flight move the plan: sliding or chunked layers, from 0.26.0."""
+    return (layout is not None and rules.in_flight_admission
+            and any(b.kind in (LayerKind.SLIDING, LayerKind.CHUNKED) for b in layout.buckets))
+
+
+def _in_flight_note(req: FitRequest, v: _Settings) -> str:
+    """Which async setting and model runner the sliding/chunked layers' admission was sized with."""
+    f = v.in_flight
+    if req.async_scheduling is None:
+        how = ("on: vLLM's default, --no-async-scheduling to turn it off" if f.async_scheduling
+               else "off: vLLM's default, --async-scheduling to turn it on")
+    else:
+        how = "on: --async-scheduling" if f.async_scheduling else "off: --no-async-scheduling"
+    runner = "V2 model runner" if f.v2_runner else "V1 model runner"
+    why = (f"pp {req.pp} + 1 on the {runner}" if f.async_scheduling and f.v2_runner
+           else f"async at pp 1 on the {runner}" if f.async_scheduling and req.pp <= 1 else f"pp {req.pp}")
+    return (f"async scheduling {how}; sliding/chunked layers admit max_in_flight_tokens {f.tokens} = {f.batches} "
+            f"batch{'es' if f.batches > 1 else ''} in flight ({why}) x max_num_batched_tokens "
+            f"{v.max_num_batched_tokens} (vllm/config/vllm.py::VllmConfig.max_concurrent_batches)")
 
 
 def _attention_free(req: FitRequest, setup: Setup, binding: Stage) -> Capacity:

@@ -18,6 +18,7 @@ from kvplan.core.engines.vllm.rules import (  # noqa: F401  (imported from here:
     Capture,
     CudaGraphs,
     MlaGivenBlock,
+    ModelRunner,
     VLLMRules,
 )
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap  # noqa: F401
@@ -64,6 +65,11 @@ class _ReleaseTable:
         """The previous release's scheduler rules with ``changed`` replaced, as ``version``'s."""
         return dataclasses.replace(self.rules.scheduler, release=version, **changed)
 
+
+# The MoE architectures vLLM 0.26.0 runs on the V2 model runner by default (vllm/config/vllm.py
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES); every other model that is neither MoE nor hybrid runs on it too.
+_V2_ARCHITECTURES_0_26 = ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+                          "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM")
 
 _table = _ReleaseTable(_OLDEST)
 _table.at("0.6.2", (
@@ -231,22 +237,39 @@ _table.at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = ba
                      "max_num_batched_tokens with async scheduling) (0.26.0: vllm/config/vllm.py::"
                      "VllmConfig.max_in_flight_tokens); blocks behind a window are freed on the processed tokens, "
                      "num_computed - num_in_flight_tokens: a batch later with async scheduling (0.26.0: vllm/v1/core/"
-                     "kv_cache_manager.py::KVCacheManager.allocate_slots)"),
-          scheduler=_table.sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True))
+                     "kv_cache_manager.py::KVCacheManager.allocate_slots)",
+                     "batches in flight: pp + 1 with async scheduling on the V2 model runner, 2 at pp 1 on the V1 "
+                     "runner, else pp (0.23.0-0.33.0: vllm/config/vllm.py::VllmConfig.max_concurrent_batches); the V2 "
+                     "runner is the default for the listed MoE architectures and every model neither MoE nor hybrid "
+                     "(0.26.0: vllm/config/vllm.py::VllmConfig._is_default_v2_model_runner_model, "
+                     "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; the rule since 0.25.0, after Qwen3 alone in 0.22.0 and "
+                     "a list in 0.23.0-0.24.x: no release before 0.26 plans with batches in flight)"),
+          scheduler=_table.sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True),
+          model_runner="v2 unless moe or hybrid", v2_architectures=_V2_ARCHITECTURES_0_26)
 _table.at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
-                     "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",), budget="consumed")
+                     "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",
+                     "the V2 model runner's list adds KimiK3ForConditionalGeneration and takes a listed hybrid (0.27.0: "
+                     "vllm/config/vllm.py::VllmConfig._is_default_v2_model_runner_model, "
+                     "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)"),
+          budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"))
 _table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
                      "(0.28.0: vllm/engine/arg_utils.py)",
                      "scheduler: prefix caching is on by default for hybrid Mamba/linear-attention models, Mamba "
                      "cache mode align (0.28.0: vllm/engine/arg_utils.py::"
-                     "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode"),
-          batch_defaults="v1_0.28", scheduler=_table.sched("0.28.0", hybrid_prefix_caching_default=True))
+                     "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode",
+                     "the V2 model runner's list adds DeepseekV4ForCausalLM on CUDA (0.28.0: "
+                     "vllm/config/vllm.py::default_v2_model_runner_architectures)"),
+          batch_defaults="v1_0.28", scheduler=_table.sched("0.28.0", hybrid_prefix_caching_default=True),
+          v2_architectures=(*_table.rules.v2_architectures, "DeepseekV4ForCausalLM"))
 _table.at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
                      "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",
                      "scheduler, prefix caching: sliding-window and Mamba groups cache only checkpoint blocks "
                      "(prefix_cache_retention_interval 0) (0.29.0: vllm/config/cache.py; vllm/v1/core/"
-                     "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled"),
-          null_block_in_fit=True, scheduler=_table.sched("0.29.0", window_checkpoint_caching=True))
+                     "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled",
+                     "the V2 model runner is the default for every model on CUDA, MoE and hybrid too: pp + 1 batches "
+                     "in flight with async scheduling (0.29.0: vllm/config/vllm.py::VllmConfig.use_v2_model_runner)"),
+          null_block_in_fit=True, scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
+          model_runner="v2", v2_architectures=())
 _table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
                      "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),
           scheduler=_table.sched("0.31.0", threshold_needs_company=True))

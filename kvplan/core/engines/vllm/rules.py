@@ -109,9 +109,23 @@ class MlaGivenBlock(str, Enum):
     UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
 
 
+class ModelRunner(str, Enum):
+    """Which GPU model runner a release picks on CUDA when VLLM_USE_V2_MODEL_RUNNER is not set
+    (vllm/config/vllm.py::VllmConfig.use_v2_model_runner). It moves the batches in flight: with async scheduling
+    the V2 runner keeps pp + 1, the V1 runner 2 at pp 1, else pp (VllmConfig.max_concurrent_batches, from 0.23.0;
+    up to 0.22 the executors' max_concurrent_batches: 2 at pp 1 with async, else pp)."""
+
+    V1 = "v1"  # V2 only with VLLM_USE_V2_MODEL_RUNNER=1
+    # V2 for the architectures in VLLMRules.v2_architectures and every other generate model that is neither MoE
+    # nor hybrid (Mamba / linear attention) (0.25.0: _is_default_v2_model_runner_model; a listed hybrid from 0.27.0,
+    # and none of 0.26.0's listed architectures is hybrid)
+    V2_UNLESS_MOE = "v2 unless moe or hybrid"
+    V2 = "v2"  # every model (0.29.0: no architecture test left)
+
+
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
-          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock}
+          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock, "model_runner": ModelRunner}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +154,10 @@ class VLLMRules:
     # (align, with prefix caching); before, one block.
     mamba_cache_modes: bool = False
     layout_kv_dtypes: tuple[str, ...] = ()  # vLLM-only KV layouts this release has (kvplan.core.dtypes names)
+    # The model runner by default (ModelRunner) and the architectures it names for V2 (DEFAULT_V2_MODEL_RUNNER_
+    # ARCHITECTURES in vllm/config/vllm.py); read where the plan counts batches in flight (0.26.0 on).
+    model_runner: ModelRunner = ModelRunner.V1
+    v2_architectures: tuple[str, ...] = ()
     scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
 
     def __post_init__(self) -> None:
@@ -150,6 +168,25 @@ class VLLMRules:
     def async_default(self) -> bool:
         """Async scheduling on by default (2 batches in flight)."""
         return self.scheduler.async_default
+
+    def runs_v2(self, *, architectures: tuple[str, ...], moe: bool, hybrid: bool) -> bool:
+        """The V2 model runner runs this model by default (vllm/config/vllm.py::VllmConfig.use_v2_model_runner;
+        the features it lacks, such as ngram speculative decoding, are not modelled)."""
+        if self.model_runner is ModelRunner.V2:
+            return True
+        if self.model_runner is ModelRunner.V2_UNLESS_MOE:
+            return any(a in self.v2_architectures for a in architectures) or not (moe or hybrid)
+        return False
+
+    def max_concurrent_batches(self, *, pp: int, async_scheduling: bool, v2_runner: bool) -> int:
+        """Batches in flight (vllm/config/vllm.py::VllmConfig.max_concurrent_batches, 0.23.0 to 0.33.0): with
+        async scheduling pp + 1 on the V2 model runner, 2 at pp 1 on the V1 runner; else pp."""
+        if async_scheduling:
+            if v2_runner:
+                return pp + 1
+            if pp <= 1:
+                return 2
+        return pp
 
     @property
     def in_flight_admission(self) -> bool:

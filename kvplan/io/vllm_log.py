@@ -154,7 +154,7 @@ _ARG_FIELDS: dict[str, tuple[str, type]] = {
 _ARG_PAIR = re.compile(r"'([a-z_]{1,40})': ('[^'\\]{0,4096}'|-?[0-9][0-9.e+-]{0,30}|True|False|None)")
 
 
-def _non_default_args(text: str) -> dict[str, object]:
+def non_default_args(text: str) -> dict[str, object]:
     """vLLM's ``non-default args: {...}`` dict, read with ast.literal_eval (literals only: no code runs)."""
     text = text.strip()
     try:
@@ -224,7 +224,8 @@ _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
         rf"increase --gpu-memory-utilization from {_NUM} to {_NUM}")),
     ("eager", "Cudagraph is disabled under eager mode", re.compile(r"Cudagraph is disabled under eager mode")),
     # the API server's own lines: 0.6-0.11 "vLLM API server version 0.11.0", 0.12+'s banner "█  version 0.19.0"
-    ("server_version", " version ", re.compile(r"(?:vLLM API server version|█ {1,8}version) ([0-9][0-9A-Za-z.+_-]{0,63})")),
+    ("server_version", " version ", re.compile(
+        r"(?:vLLM API server version|█ {1,8}version) ([0-9][0-9A-Za-z.+_-]{0,63})")),
     ("banner_model", "█", re.compile(r"█ {1,8}model {1,8}(\S{1,4096})")),
     ("args", "non-default args: {", re.compile(r"non-default args: (\{.{0,20000})")),
     ("snapshot", "worker init memory snapshot", re.compile(
@@ -319,7 +320,7 @@ def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
     elif name == "banner_model":
         log.model = log.model or g[0]
     elif name == "args":
-        _apply_args(log, _non_default_args(g[0]))
+        _apply_args(log, non_default_args(g[0]))
     elif name == "snapshot":
         log.total_gpu_memory_bytes = _gib(g[0])
     elif name == "free_on_startup":

@@ -15,14 +15,14 @@ pool memory ... (actual)``; the binding rank's KV memory, ``worker requested mem
 cache memory`` (vLLM prints ``Available KV cache memory`` for rank 0 alone); ``torch.compile took``. A run
 kvplan cannot plan is listed with the reason. Per FAILED log: the cause read from its own error lines, and
 kvplan's verdict for the same flags.
-kvplan.io.vllm_log reads the figures it knows; this file reads only what that parser does not (0.19's
-profiling line, the non-default args, the failure lines).
+kvplan.io.vllm_log reads every memory figure (0.19's profiling line and worker snapshot included) and the
+args kvplan uses; this file reads only what that parser does not: all the non-default args (a flag kvplan's fit
+does not take makes a run unplannable), ``torch.compile took``, the failure lines.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import statistics
 import sys
@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 
 from kvplan.core.units import GiB  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.io.vllm_log import VLLMLog, parse_vllm_log  # noqa: E402
+from kvplan.io.vllm_log import VLLMLog, non_default_args, parse_vllm_log  # noqa: E402
 
 LOGS = Path("/work/shared/vllm-logs/llm-d-planner-v0.19.0")
 GPU = "H100-80GB"  # every run: nvidia.com/gpu.product NVIDIA-H100-80GB-HBM3 (sweep.yaml node_selector)
@@ -56,14 +56,7 @@ IGNORED_ARGS = {"model_tag", "model", "enable_prefix_caching", "trust_remote_cod
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _ARGS = re.compile(r"non-default args: (\{.{0,8000}\})")
-_PROFILE = re.compile(
-    rf"Total non KV cache memory: {_NUM} ?GiB; torch peak memory increase: {_NUM} ?GiB; "
-    rf"non-torch forward increase memory: {_NUM} ?GiB; weights memory: {_NUM} ?GiB")
-_TOTAL = re.compile(rf"worker init memory snapshot: .{{0,200}}?total_memory={_NUM} ?GiB")
-_REQUESTED = re.compile(rf"worker requested memory: {_NUM} ?GiB")
 _COMPILE = re.compile(rf"torch\.compile took {_NUM} s in total")
-_QUANT = re.compile(r"LLM engine \(v[^)]{1,64}\) with config: .{0,4000}?\bquantization=([A-Za-z0-9_.-]+)")
-_MAX_NUM_SEQS = re.compile(rf"Defaulting max_num_seqs to {_NUM}")
 
 # (cause, pattern over the log's lines), most specific first. vLLM 0.19.0's own messages:
 # gpu_model_runner.py::_dummy_sampler_run, config/model.py (derived max_model_len), v1/worker/utils.py::
@@ -92,19 +85,43 @@ class StartLog:
     name: str
     started: bool
     log: VLLMLog
-    args: dict[str, object] = field(default_factory=dict)  # the non-default args vLLM printed
-    quantization: str | None = None
-    total_memory_bytes: int | None = None  # worker init snapshot
-    requested_bytes: int | None = None  # "worker requested memory": utilization x total
-    non_kv_bytes: int | None = None  # 0.19 "Total non KV cache memory" on the binding rank (the largest)
-    activation_bytes: int | None = None  # "torch peak memory increase"
-    non_torch_bytes: int | None = None  # "non-torch forward increase memory"
-    profile_weights_bytes: int | None = None  # "weights memory"
+    args: dict[str, object] = field(default_factory=dict)  # all the non-default args vLLM printed
     compile_seconds: float | None = None
-    max_num_seqs: int | None = None  # the flag, or the default vLLM logged
     failure: str | None = None  # the cause, for a FAILED log
     failure_line: str | None = None
 
+    # The parser's figures under the names this benchmark prints them by
+    @property
+    def quantization(self) -> str | None:
+        return self.log.quantization
+
+    @property
+    def total_memory_bytes(self) -> int | None:  # worker init snapshot / "Free memory on device"
+        return self.log.total_gpu_memory_bytes
+
+    @property
+    def requested_bytes(self) -> int | None:  # "worker requested memory": utilization x total
+        return self.log.requested_memory_bytes
+
+    @property
+    def non_kv_bytes(self) -> int | None:  # 0.19 "Total non KV cache memory" on the binding rank (the largest)
+        return self.log.non_kv_cache_bytes
+
+    @property
+    def activation_bytes(self) -> int | None:  # "torch peak memory increase", binding rank
+        return self.log.activation_bytes
+
+    @property
+    def non_torch_bytes(self) -> int | None:  # "non-torch forward increase memory", binding rank
+        return self.log.non_torch_bytes
+
+    @property
+    def profile_weights_bytes(self) -> int | None:  # "weights memory", binding rank
+        return self.log.profile_weights_bytes
+
+    @property
+    def max_num_seqs(self) -> int | None:  # the flag, or the default vLLM logged
+        return self.log.max_num_seqs
 
     @property
     def binding_kv_bytes(self) -> int | None:
@@ -115,10 +132,6 @@ class StartLog:
         return self.log.kv_cache_memory_bytes
 
 
-def _gib(text: str) -> int:
-    return int(round(float(text.replace(",", "")) * GiB))
-
-
 def read_start_log(path: Path) -> StartLog:
     text = path.read_text(errors="replace")
     lines = text.splitlines()
@@ -126,22 +139,9 @@ def read_start_log(path: Path) -> StartLog:
                  log=parse_vllm_log(text, str(path)))
     for line in lines:
         if (m := _ARGS.search(line)) and not s.args:
-            s.args = ast.literal_eval(m.group(1))
-        elif (m := _QUANT.search(line)) and s.quantization is None:
-            s.quantization = None if m.group(1) == "None" else m.group(1)
-        elif (m := _PROFILE.search(line)) and (s.non_kv_bytes is None or _gib(m.group(1)) > s.non_kv_bytes):
-            s.non_kv_bytes, s.activation_bytes, s.non_torch_bytes, s.profile_weights_bytes = (
-                _gib(g) for g in m.groups())
-        elif (m := _TOTAL.search(line)) and s.total_memory_bytes is None:
-            s.total_memory_bytes = _gib(m.group(1))
-        elif (m := _REQUESTED.search(line)) and s.requested_bytes is None:
-            s.requested_bytes = _gib(m.group(1))
+            s.args = non_default_args(m.group(1))
         elif m := _COMPILE.search(line):
             s.compile_seconds = float(m.group(1))
-        elif (m := _MAX_NUM_SEQS.search(line)) and s.max_num_seqs is None:
-            s.max_num_seqs = int(m.group(1).replace(",", ""))
-    if isinstance(s.args.get("max_num_seqs"), int):
-        s.max_num_seqs = int(s.args["max_num_seqs"])  # type: ignore[arg-type]
     if not s.started:
         s.failure, s.failure_line = classify_failure(lines, pool_made=s.log.kv_cache_tokens is not None)
     return s

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvplan.core.units import GiB
 from kvplan.errors import HubError, InputError, KvplanError
 
 if TYPE_CHECKING:  # imported when a log is explained, keeping `kvplan size` start-up small
@@ -29,6 +30,7 @@ class ExplainReport:
     notes: tuple[str, ...]  # what was predicted, with which release's rules, or why nothing was
     profile: EngineProfile | None  # the vLLM release whose rules predicted (None: no prediction)
     hub: HubConfig | None = None
+    gpu_source: str | None = None  # how the GPU was read from the log (None: given as a flag, or none)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,24 +59,34 @@ def explain_log(log_path: Path, *, model: str | None = None, gpu: str | None = N
         log = dataclasses.replace(log, max_num_batched_tokens=max_num_batched_tokens)
     if max_model_len is not None:
         log = dataclasses.replace(log, max_seq_len=max_model_len)
-    gpu_spec = _gpu_for(log, gpu, gpu_memory)
-    p = _predict(log, model, gpu_spec, tp=tp, engine=engine, max_num_seqs=max_num_seqs, fetch=fetch,
-                 revision=revision)
+    gpu_spec, gpu_source = _gpu_for(log, gpu, gpu_memory)
+    p = _predict(log, model, gpu_spec, tp=tp, engine=engine, max_num_seqs=max_num_seqs or log.max_num_seqs,
+                 fetch=fetch, revision=revision)
+    notes = p.notes if gpu_source is None or p.predicted is None else (gpu_source, *p.notes)
     return ExplainReport(log=log, gpu=gpu_spec, rows=tuple(explain_rows(log.figures(), p.predicted, p.replay)),
-                         notes=p.notes, profile=p.profile, hub=p.hub)
+                         notes=notes, profile=p.profile, hub=p.hub, gpu_source=gpu_source)
 
 
-def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> GPUSpec | None:
-    """The GPU given, else the catalog GPU whose memory is the logged total (within 2%), else one of that size."""
+def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPUSpec | None, str | None]:
+    """The GPU given, else the catalog GPU whose memory is the logged total (the nearest, within 2%: drivers
+    report a card's total a little differently, e.g. 44.42 GiB for an L40S the catalog has at 44.52), else one of
+    that size; and a note saying where the figure came from when the log gave it."""
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
 
     if gpu or gpu_memory:
-        return get_gpu(gpu, memory=gpu_memory)
-    if log.total_gpu_memory_bytes:
-        return closest_gpu_by_memory(log.total_gpu_memory_bytes) or GPUSpec(
-            name="as logged", memory_bytes=log.total_gpu_memory_bytes, source="log")
-    return None
+        return get_gpu(gpu, memory=gpu_memory), None
+    total = log.total_gpu_memory_bytes
+    if not total:
+        return None, None
+    line = f" ('{log.total_gpu_memory_from}')" if log.total_gpu_memory_from else ""
+    said = f"the {total / GiB:.2f} GiB of GPU memory the log states{line}"
+    match = closest_gpu_by_memory(total)
+    if match is not None:
+        return match, (f"GPU {match.name} ({match.memory_bytes / GiB:.2f} GiB), the catalog GPU nearest {said}; "
+                       "pass --gpu to name another")
+    return (GPUSpec(name=f"{total / GiB:.2f} GiB as logged", memory_bytes=total, source="log"),
+            f"GPU of {said}: no catalog GPU within 2% of it; pass --gpu to name one")
 
 
 def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | None, engine: str | None,
@@ -109,10 +121,22 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
 def _as_run(spec: ModelSpec, log: VLLMLog) -> tuple[ModelSpec, str | None]:
     """The spec in the dtype the log's engine ran it in: that dtype sets both the weights and the KV cache
     (e.g. opt-125m's float16 upcast to float32 on a GPU without fp16 support)."""
-    if log.dtype and log.dtype != spec.dtype and log.dtype in ("float32", "float16", "bfloat16"):
+    from kvplan.core.dtypes import get_dtype
+
+    if log.dtype in ("float32", "float16", "bfloat16") and get_dtype(log.dtype).name != _dtype_name(spec.dtype):
         return (dataclasses.replace(spec, dtype=log.dtype),
                 f"the log runs {spec.name} in {log.dtype} (the config says {spec.dtype})")
     return spec, None
+
+
+def _dtype_name(name: str) -> str:
+    """kvplan's name of a dtype spelled the torch or the kvplan way ("bfloat16" and "bf16" are one dtype)."""
+    from kvplan.core.dtypes import get_dtype
+
+    try:
+        return get_dtype(name).name
+    except KvplanError:
+        return name
 
 
 def _profile(log: VLLMLog, engine: str | None) -> tuple[EngineProfile, str | None]:

@@ -15,10 +15,21 @@ vllm/executor/executor_base.py across versions; see docs/engine-research.md sect
 - ``Available KV cache memory: 51.8 GiB``; ``GPU KV cache size: 424,336 tokens``;
   ``Maximum concurrency for 8,192 tokens per request: 51.80x``; V0 ``# GPU blocks: 27000, # CPU blocks: 2048``
   (``# cuda blocks`` in 0.7/0.8); ``Graph capturing finished in 13 secs, took 0.58 GiB``.
+- Lines a served log has before or beside the engine's config line (vllm/entrypoints/openai/api_server.py,
+  entrypoints/utils.py): ``vLLM API server version 0.11.0`` (0.6-0.11; ``0.11.0rc3``, ``0.11.0+582e4e37.nv25.11``),
+  0.12+'s banner ``... █  version 0.19.0`` / ``█  model   meta-llama/...``, and ``non-default args: {'model': ...,
+  'tensor_parallel_size': 2, ...}`` (a Python dict literal; the engine's own config line, read later, wins).
+- vLLM 0.19's worker (v1/worker/gpu_worker.py, DEBUG): ``worker init memory snapshot: torch_peak=0.0GiB,
+  free_memory=78.68GiB, total_memory=79.19GiB, ...``; ``worker requested memory: 75.23GiB`` (total x utilization);
+  ``Memory profiling takes 17.96 seconds. Total non KV cache memory: 17.12GiB; torch peak memory increase:
+  1.89GiB; non-torch forward increase memory: 0.25GiB; weights memory: 14.99GiB.`` (one per rank);
+  ``Free memory on device (78.68/79.19 GiB) on startup``; ``Defaulting max_num_seqs to 1024``; and the API
+  server's ``vllm cache_config_info with initialization after num_gpu_blocks is: 29751`` (v1/metrics/loggers.py).
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Iterable
@@ -26,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from kvplan.core.units import GiB
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, KvplanError
 from kvplan.io.yamlio import iter_lines
 
 _NUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
@@ -91,6 +102,12 @@ class VLLMLog:
     # 0.21+: "--gpu-memory-utilization=U is equivalent to --gpu-memory-utilization=U' without CUDA graph memory
     # profiling": U - U' of the card went to the CUDA-graph estimate
     gpu_memory_utilization_without_graphs: float | None = None
+    quantization: str | None = None  # vLLM's --quantization (the engine config's quantization=, or the args)
+    max_num_seqs: int | None = None  # the flag, or the default vLLM logged ("Defaulting max_num_seqs to")
+    total_gpu_memory_from: str | None = None  # the line that stated total_gpu_memory_bytes
+    requested_memory_bytes: int | None = None  # 0.19 "worker requested memory": total x utilization
+    non_kv_cache_bytes: int | None = None  # 0.19 "Total non KV cache memory" of the binding rank
+    profile_weights_bytes: int | None = None  # 0.19 profiling line's "weights memory", binding rank
     matched: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, object]:
@@ -115,9 +132,64 @@ def _config_fields(log: VLLMLog, line: str) -> None:
                 raise ValueError(f"{key}={value[:20]}...")
             setattr(log, attr, int(value))
     log.kv_cache_dtype = grab("kv_cache_dtype") or log.kv_cache_dtype
+    quantization = grab("quantization")
+    if quantization is not None:
+        log.quantization = None if quantization == "None" else quantization
     eager = grab("enforce_eager")
     if eager in ("True", "False"):
         log.enforce_eager = eager == "True"
+
+
+# The non-default args kvplan reads (vllm/engine/arg_utils.py names) -> VLLMLog field and expected type.
+_ARG_FIELDS: dict[str, tuple[str, type]] = {
+    "model": ("model", str), "tensor_parallel_size": ("tensor_parallel_size", int),
+    "pipeline_parallel_size": ("pipeline_parallel_size", int), "max_model_len": ("max_seq_len", int),
+    "gpu_memory_utilization": ("gpu_memory_utilization", float), "dtype": ("dtype", str),
+    "kv_cache_dtype": ("kv_cache_dtype", str), "quantization": ("quantization", str),
+    "block_size": ("block_size", int), "max_num_batched_tokens": ("max_num_batched_tokens", int),
+    "max_num_seqs": ("max_num_seqs", int), "enforce_eager": ("enforce_eager", bool),
+}
+# One 'key': value pair of a literal kvplan reads, for a dict that literal_eval refuses as a whole (a value
+# such as KVTransferConfig(...) is not a literal) or a line cut short
+_ARG_PAIR = re.compile(r"'([a-z_]{1,40})': ('[^'\\]{0,4096}'|-?[0-9][0-9.e+-]{0,30}|True|False|None)")
+
+
+def non_default_args(text: str) -> dict[str, object]:
+    """vLLM's ``non-default args: {...}`` dict, read with ast.literal_eval (literals only: no code runs)."""
+    text = text.strip()
+    try:
+        whole = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        whole = None
+    if isinstance(whole, dict):
+        return whole
+    pairs: dict[str, object] = {}
+    for m in _ARG_PAIR.finditer(text):
+        try:
+            pairs.setdefault(m.group(1), ast.literal_eval(m.group(2)))
+        except (ValueError, SyntaxError):
+            continue
+    return pairs
+
+
+def _apply_args(log: VLLMLog, args: dict[str, object]) -> None:
+    """Fill what the log has not stated yet: the engine's own config line, printed later, is what ran."""
+    if args.get("model") is None and isinstance(args.get("model_tag"), str):
+        args = {**args, "model": args["model_tag"]}
+    for key, (attr, kind) in _ARG_FIELDS.items():
+        value = args.get(key)
+        if getattr(log, attr) is not None or value is None:
+            continue
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            setattr(log, attr, _fraction(str(value)))
+        elif kind is int and isinstance(value, int) and not isinstance(value, bool):
+            setattr(log, attr, _int(str(value)))
+        elif kind is bool and isinstance(value, bool):
+            setattr(log, attr, value)
+        elif kind is str and isinstance(value, str) and 0 < len(value) <= 4096:
+            if key == "dtype" and value == "auto":
+                continue  # the checkpoint's dtype: the config line names it
+            setattr(log, attr, value.removeprefix("torch."))
 
 
 # (name, a literal every matching line contains, the pattern). The literal is a cheap filter, and no
@@ -151,7 +223,30 @@ _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
     ("util_hint", "increase --gpu-memory-utilization from", re.compile(
         rf"increase --gpu-memory-utilization from {_NUM} to {_NUM}")),
     ("eager", "Cudagraph is disabled under eager mode", re.compile(r"Cudagraph is disabled under eager mode")),
+    # the API server's own lines: 0.6-0.11 "vLLM API server version 0.11.0", 0.12+'s banner "█  version 0.19.0"
+    ("server_version", " version ", re.compile(
+        r"(?:vLLM API server version|█ {1,8}version) ([0-9][0-9A-Za-z.+_-]{0,63})")),
+    ("banner_model", "█", re.compile(r"█ {1,8}model {1,8}(\S{1,4096})")),
+    ("args", "non-default args: {", re.compile(r"non-default args: (\{.{0,20000})")),
+    ("snapshot", "worker init memory snapshot", re.compile(
+        rf"worker init memory snapshot: [^\n]{{0,400}}?\btotal_memory={_NUM} ?GiB")),
+    # 0.19's closing DEBUG line, and the same words in the error of a start refused for lack of free memory
+    ("free_on_startup", "Free memory on device", re.compile(
+        rf"Free memory on device(?: [^ (]{{1,32}})? \({_NUM}/{_NUM} ?GiB\) on startup")),
+    ("requested", "worker requested memory", re.compile(rf"worker requested memory: {_NUM} ?GiB")),
+    ("profile", "Total non KV cache memory", re.compile(
+        rf"Total non KV cache memory: {_NUM} ?GiB; torch peak memory increase: {_NUM} ?GiB; "
+        rf"non-torch forward increase memory: {_NUM} ?GiB; weights memory: {_NUM} ?GiB")),
+    ("engine_blocks", "num_gpu_blocks is:", re.compile(rf"num_gpu_blocks is: {_NUM}")),
+    ("default_seqs", "Defaulting max_num_seqs to", re.compile(rf"Defaulting max_num_seqs to {_NUM}")),
 ]
+# The figure each line that states the GPU's total memory is read from (said in explain's notes)
+_TOTAL_FROM = {
+    "total": "total_gpu_memory (X GiB) x gpu_memory_utilization",
+    "v0_results": "Memory profiling results: total_gpu_memory=",
+    "snapshot": "worker init memory snapshot: total_memory=",
+    "free_on_startup": "Free memory on device (free/total GiB) on startup",
+}
 _V0_RESULTS = "Memory profiling results:"
 _V0_KEYS = ("total_gpu_memory", "peak_torch_memory", "non_torch_memory", "kv_cache_size", "gpu_memory_utilization")
 _V0_VALUE = re.compile(rf"{_NUM}(GiB)?")
@@ -220,6 +315,33 @@ def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
         log.gpu_memory_utilization = _fraction(g[0])
     elif name == "eager":
         log.enforce_eager = True
+    elif name == "server_version":
+        log.version = log.version or g[0]  # the engine's "LLM engine (vX)" line wins
+    elif name == "banner_model":
+        log.model = log.model or g[0]
+    elif name == "args":
+        _apply_args(log, non_default_args(g[0]))
+    elif name == "snapshot":
+        log.total_gpu_memory_bytes = _gib(g[0])
+    elif name == "free_on_startup":
+        log.total_gpu_memory_bytes = _gib(g[1])
+    elif name == "requested":
+        log.requested_memory_bytes = _gib(g[0])
+    elif name == "profile":
+        # One line per rank. Every rank requests the same memory (total x utilization) and the engine sizes
+        # the pool by the worker with the least KV memory left (v1/engine/core.py takes the minimum of the
+        # workers' available memory), so the rank with the most non-KV memory binds: under pp, a stage
+        # with more layers or the vocabulary; vLLM prints "Available KV cache memory" for rank 0 alone.
+        non_kv = _gib(g[0])
+        if log.non_kv_cache_bytes is None or non_kv > log.non_kv_cache_bytes:
+            log.non_kv_cache_bytes, log.activation_bytes, log.non_torch_bytes = non_kv, _gib(g[1]), _gib(g[2])
+            log.profile_weights_bytes = _gib(g[3])
+    elif name == "engine_blocks":
+        log.num_gpu_blocks = _int(g[0])
+    elif name == "default_seqs":
+        log.max_num_seqs = log.max_num_seqs or _int(g[0])
+    if name in _TOTAL_FROM:
+        log.total_gpu_memory_from = _TOTAL_FROM[name]
     return None
 
 
@@ -255,9 +377,22 @@ def parse_vllm_lines(lines: Iterable[tuple[int, str]], path: str = "") -> VLLMLo
         log.generation = "V0"  # only V0's worker printed these lines
     elif log.generation is None and {"available", "tokens"} & matched:
         log.generation = "V1"
+    if log.generation is None and log.version and _at_least_0_11(log.version):
+        log.generation = "V1"  # 0.11 removed the V0 engine
     if "v0_results" in matched and log.weights_bytes is not None and log.activation_bytes is None:
         log.activation_bytes = peak_torch - log.weights_bytes
+    if log.profile_weights_bytes is not None:
+        log.weights_bytes = log.profile_weights_bytes  # the binding rank's, beside its activation and non-torch
     return log
+
+
+def _at_least_0_11(version: str) -> bool:
+    from kvplan.core.profiles import Version
+
+    try:
+        return not Version.parse(version) < Version.parse("0.11.0")
+    except (ValueError, KvplanError):
+        return False
 
 
 def parse_vllm_log(text: str, path: str = "") -> VLLMLog:

@@ -170,3 +170,75 @@ def test_bad_gpu_memory_exits_2():
     r = runner.invoke(app, ["explain", str(LOGS / "v1_0_21_qwen3_8b_a5000_cg_subtracted.log"), "--model", "qwen3-8b",
                             "--gpu-memory", "0.5GiB"])
     assert r.exit_code == 2, r.output
+
+
+# The started vLLM 0.19.0 logs of llm-d-planner (tests/fixtures/vllm_logs/llm-d-planner-v0.19.0/README.md),
+# explained with no flags: the GPU, model, release and measured components all come from the log.
+# (log, KV-token prediction tolerance, what the prediction gave when written)
+REAL_0_19 = [
+    # kvplan 477,536 vs 476,016 logged (+0.32%)
+    ("meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log", 0.03),
+    # kvplan 16,784 vs 19,920 logged (-15.7%): the activation estimate (2.85 GiB) is 0.56 GiB above the logged
+    # 2.29 GiB, and the pool is only 3.04 GiB; the replay from the log's own figures gives 19,920
+    ("qwen-qwen2-5-72b-instruc--h100-80gb--tp2pp1dp1--8192.log", 0.2),
+]
+
+
+@pytest.mark.parametrize("log,kv_tol", REAL_0_19, ids=[c[0] for c in REAL_0_19])
+def test_a_0_19_log_is_predicted_and_replayed_from_itself(log, kv_tol):
+    out = explain("llm-d-planner-v0.19.0/" + log)
+    assert out["vllm_version"] == "0.19.0" and out["profile"]["version"] == "0.19.0"
+    assert out["gpu"] == "H100-80GB"  # the logged 79.19 GiB total; the llm-d runs are on NVIDIA-H100-80GB-HBM3
+    assert "79.19 GiB" in out["gpu_source"] and out["gpu_source"] in out["notes"]
+    table = rows(out)
+    for figure in ("non-torch memory", "activation peak", "KV blocks"):
+        assert table[figure]["logged"] is not None, figure
+    tokens = table["KV cache tokens"]
+    assert abs(tokens["predicted_error_frac"]) < kv_tol, tokens
+    # the replay from the log's own figures: the KV memory from its components (within 1%), the counts from
+    # its KV memory (within one block of the logged count, beyond the 0.005 GiB rounding)
+    assert abs(table["KV cache memory"]["replayed_error_frac"]) < 0.01, table["KV cache memory"]
+    assert table["KV blocks"]["replay_miss"] is not None and table["KV blocks"]["replay_miss"] <= 1
+    assert tokens["replay_miss"] is not None and tokens["replay_miss"] <= BLOCK
+    assert table["KV blocks"]["logged"] * BLOCK == tokens["logged"]  # 0.19 counts every block as tokens
+
+
+def test_a_gpu_given_is_not_said_to_come_from_the_log():
+    out = explain("llm-d-planner-v0.19.0/" + REAL_0_19[0][0], "--gpu", "A100-80GB")
+    assert out["gpu"] == "A100-80GB" and out["gpu_source"] is None
+    assert not any("the log states" in n for n in out["notes"])
+
+
+def test_a_total_off_the_catalog_predicts_on_a_gpu_of_that_size(tmp_path):
+    path = tmp_path / "vllm.log"
+    text = (LOGS / "llm-d-planner-v0.19.0" / REAL_0_19[0][0]).read_text().replace("79.19", "60.00")
+    path.write_text(text)
+    r = runner.invoke(app, ["explain", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["gpu"] == "60.00 GiB as logged" and "no catalog GPU" in out["gpu_source"]
+    assert rows(out)["total GPU memory"]["predicted"] == 60 * (1 << 30)
+
+
+SERVED_0_11 = """\
+INFO 11-12 06:23:18 [__init__.py:216] Automatically detected platform cuda.
+(APIServer pid=1) INFO 11-12 06:23:21 [api_server.py:1839] vLLM API server version 0.11.0
+(APIServer pid=1) INFO 11-12 06:23:21 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-8B', 'model': 'Qwen/Qwen3-8B', 'max_model_len': 16384, 'gpu_memory_utilization': 0.85}
+(EngineCore_DP0 pid=300) INFO 11-12 06:24:02 [gpu_worker.py:298] Available KV cache memory: 20.5 GiB
+(EngineCore_DP0 pid=300) INFO 11-12 06:24:02 [kv_cache_utils.py:1087] GPU KV cache size: 149,248 tokens
+"""
+
+
+def test_a_served_0_11_excerpt_names_release_and_model(tmp_path):
+    # the API server's own lines (hand-written in 0.11.0's format): before, explain said "vLLM ?, model ?"
+    path = tmp_path / "served.log"
+    path.write_text(SERVED_0_11)
+    r = runner.invoke(app, ["explain", str(path), "--gpu", "H100-80GB"])
+    assert r.exit_code == 0, r.output
+    assert "vLLM 0.11.0 (V1), model Qwen/Qwen3-8B" in " ".join(r.stdout.split())
+    r = runner.invoke(app, ["explain", str(path), "--gpu", "H100-80GB", "--json"])
+    out = json.loads(r.stdout)
+    assert (out["vllm_version"], out["format"], out["model"]) == ("0.11.0", "V1", "Qwen/Qwen3-8B")
+    assert out["profile"]["version"].startswith("0.11") and out["logged"]["max_seq_len"] == 16384
+    assert "max_model_len 16384" in out["notes"][-1]
+    assert rows(out)["KV cache tokens"]["replay_miss"] is not None

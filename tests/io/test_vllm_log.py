@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvplan.errors import ConfigError
@@ -159,3 +161,140 @@ def test_utilization_out_of_range_is_a_clear_error():
 def test_new_patterns_parse_long_lines_in_linear_time(tmp_path, repeat):
     text = "INFO " + repeat * (600_000 // len(repeat)) + "\n"
     assert _parse_in_subprocess(text, tmp_path) == "[]"
+
+
+# A served 0.11.0 start as a user has it (hand-written in the format of vllm/entrypoints/openai/api_server.py and
+# entrypoints/utils.py at 0.11.0; the engine's "Initializing a V1 LLM engine" line is not in it)
+V0_11_SERVED = """\
+INFO 11-12 06:23:18 [__init__.py:216] Automatically detected platform cuda.
+(APIServer pid=1) INFO 11-12 06:23:21 [api_server.py:1839] vLLM API server version 0.11.0
+(APIServer pid=1) INFO 11-12 06:23:21 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-8B', 'model': 'Qwen/Qwen3-8B', 'max_model_len': 16384, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.85, 'dtype': 'bfloat16', 'quantization': 'fp8', 'enable_prefix_caching': False}
+(EngineCore_DP0 pid=300) INFO 11-12 06:24:02 [gpu_worker.py:298] Available KV cache memory: 20.5 GiB
+(EngineCore_DP0 pid=300) INFO 11-12 06:24:02 [kv_cache_utils.py:1087] GPU KV cache size: 298,560 tokens
+"""
+
+
+def test_a_served_0_11_log_names_its_release_and_model():
+    log = parse_vllm_log(V0_11_SERVED)
+    assert (log.version, log.generation, log.model) == ("0.11.0", "V1", "Qwen/Qwen3-8B")  # 0.11 is V1 only
+    assert log.max_seq_len == 16384 and log.tensor_parallel_size == 2 and log.gpu_memory_utilization == 0.85
+    assert log.dtype == "bfloat16" and log.quantization == "fp8"
+    assert log.pipeline_parallel_size is None and log.enforce_eager is None  # not in the args: not guessed
+
+
+@pytest.mark.parametrize("line,version", [
+    ("(APIServer pid=3100) INFO 10-10 14:03:22 [api_server.py:1839] vLLM API server version 0.11.0rc3", "0.11.0rc3"),
+    ("(APIServer pid=1) INFO 01-23 15:48:29 [api_server.py:1842] vLLM API server version 0.11.0+582e4e37.nv25.11",
+     "0.11.0+582e4e37.nv25.11"),
+    ("INFO 10-16 05:05:46 api_server.py:523] vLLM API server version 0.6.3.post1", "0.6.3.post1"),
+    ("(APIServer pid=1) INFO 04-22 00:03:35 [entrypoints/utils.py:299]  \u2584\u2584 \u2584\u2588 \u2588     \u2588     "
+     "\u2588 \u2580\u2584\u2580 \u2588  version 0.19.0", "0.19.0"),
+    ("(EngineCore pid=242) INFO 04-22 00:03:48 [v1/attention/backends/flash_attn.py:596] Using FlashAttention version 3",
+     None),
+])
+def test_server_version_lines(line, version):
+    assert parse_vllm_log(line).version == version
+
+
+def test_the_engine_config_line_wins_over_the_args():
+    text = ("INFO [utils.py:233] non-default args: {'model': 'a/b', 'max_model_len': 4096, 'tensor_parallel_size': 4}\n"
+            "INFO [core.py:77] Initializing a V1 LLM engine (v0.10.1) with config: model='c/d', max_seq_len=2048, "
+            "tensor_parallel_size=2, quantization=None\n")
+    log = parse_vllm_log(text)
+    assert (log.model, log.max_seq_len, log.tensor_parallel_size, log.version) == ("c/d", 2048, 2, "0.10.1")
+
+
+def test_args_that_are_not_all_literals_are_read_key_by_key():
+    # vLLM prints config objects in the dict (KVTransferConfig(...)): literal_eval refuses the whole, not the keys
+    line = ("(APIServer pid=161) INFO 12-15 11:44:52 [utils.py:233] non-default args: {'port': 8100, 'model': "
+            "'Qwen/Qwen3-8B', 'max_model_len': 10000, 'enforce_eager': True, 'block_size': 128, "
+            "'max_num_batched_tokens': 4096, 'kv_transfer_config': KVTransferConfig(kv_connector='X', kv_role='kv_both')}")
+    log = parse_vllm_log(line)
+    assert (log.model, log.max_seq_len, log.enforce_eager, log.block_size, log.max_num_batched_tokens) == (
+        "Qwen/Qwen3-8B", 10000, True, 128, 4096)
+
+
+def test_args_of_the_wrong_type_are_not_read():
+    log = parse_vllm_log("non-default args: {'model': 7, 'tensor_parallel_size': True, 'max_model_len': '8k', "
+                         "'dtype': 'auto'}")
+    assert (log.model, log.tensor_parallel_size, log.max_seq_len, log.dtype) == (None, None, None, None)
+    with pytest.raises(ConfigError, match="line 1: args"):
+        parse_vllm_log("non-default args: {'gpu_memory_utilization': 9.5}", "x.log")
+
+
+def test_the_binding_rank_of_0_19s_profiling_lines():
+    # two pipeline stages: the one with more non-KV memory has less KV memory, and the engine sizes every
+    # rank's pool by it (the figures are made up; the format is vLLM 0.19.0's gpu_worker.py:435)
+    text = "".join(
+        f"(Worker_PP{r} pid={r}) DEBUG 04-22 01:04:01 [v1/worker/gpu_worker.py:435] Memory profiling takes 35.86 "
+        f"seconds. Total non KV cache memory: {nk}GiB; torch peak memory increase: {a}GiB; non-torch forward increase "
+        f"memory: {nt}GiB; weights memory: {w}GiB.\n"
+        for r, nk, a, nt, w in ((0, "40.5", "1.5", "1.0", "38.0"), (1, "42.0", "2.5", "1.2", "38.3")))
+    log = parse_vllm_log(text)
+    assert log.non_kv_cache_bytes == round(42.0 * GiB) and log.activation_bytes == round(2.5 * GiB)
+    assert log.non_torch_bytes == round(1.2 * GiB) and log.weights_bytes == round(38.3 * GiB)
+
+
+@pytest.mark.parametrize("line,total", [
+    ("DEBUG 04-22 00:03:47 [v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, "
+     "free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB", 79.19),
+    ("DEBUG 04-22 00:04:24 [v1/worker/gpu_worker.py:661] Free memory on device (78.68/79.19 GiB) on startup. Desired "
+     "GPU memory utilization is (0.95, 75.23 GiB).", 79.19),
+    ("ERROR 04-22 15:14:02 [multiproc_executor.py:857] ValueError: Free memory on device cuda:1 (60.87/79.19 GiB) on "
+     "startup is less than desired GPU memory utilization (0.95, 75.23 GiB).", 79.19),
+])
+def test_total_gpu_memory_lines(line, total):
+    log = parse_vllm_log(line)
+    assert log.total_gpu_memory_bytes == round(total * GiB) and log.total_gpu_memory_from is not None
+
+
+def test_the_engines_block_count_and_not_the_profiling_override():
+    text = ("INFO 04-22 00:04:19 [v1/core/kv_cache_utils.py:829] Overriding num_gpu_blocks=0 with "
+            "num_gpu_blocks_override=512\n")
+    assert parse_vllm_log(text).num_gpu_blocks is None
+    text += ("(APIServer pid=1) DEBUG 04-22 00:04:25 [v1/metrics/loggers.py:273] Engine 000: vllm cache_config_info "
+             "with initialization after num_gpu_blocks is: 29751\n")
+    log = parse_vllm_log(text)
+    assert log.num_gpu_blocks == 29751 and log.generation is None  # a V1 line: not taken for V0's "# GPU blocks"
+
+
+REAL_0_19 = Path(__file__).parent.parent / "fixtures" / "vllm_logs" / "llm-d-planner-v0.19.0"
+# Read by hand from the logs (line numbers in the files as shipped):
+# - "version 0.19.0" (banner, line 21); "non-default args: {...}" (line 25);
+# - "worker init memory snapshot: ... total_memory=79.19GiB" (Llama line 74, Qwen lines 137/139);
+# - "worker requested memory: 75.23GiB" (Llama 75, Qwen 138/140);
+# - "Memory profiling takes ... Total non KV cache memory: X; torch peak memory increase: X; non-torch forward
+#   increase memory: X; weights memory: X" (Llama line 372: 17.12, 1.89, 0.25, 14.99; Qwen lines 810 and 815,
+#   both ranks: 72.19, 2.29, 2.09, 67.8);
+# - "Defaulting max_num_seqs to 1024"; "vllm cache_config_info with initialization after num_gpu_blocks is: N"
+#   (Llama line 699: 29751; Qwen line 1468: 1245).
+REAL_0_19_FIGURES = [
+    ("meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log", dict(
+        model="meta-llama/Llama-3.1-8B-Instruct", tp=1, total=79.19, requested=75.23, non_kv=17.12, activation=1.89,
+        non_torch=0.25, weights=14.99, blocks=29751, max_num_seqs=1024)),
+    ("qwen-qwen2-5-72b-instruc--h100-80gb--tp2pp1dp1--8192.log", dict(
+        model="Qwen/Qwen2.5-72B-Instruct", tp=2, total=79.19, requested=75.23, non_kv=72.19, activation=2.29,
+        non_torch=2.09, weights=67.8, blocks=1245, max_num_seqs=1024)),
+]
+
+
+@pytest.mark.parametrize("name,want", REAL_0_19_FIGURES, ids=[n for n, _ in REAL_0_19_FIGURES])
+def test_real_0_19_logs(name, want):
+    log = read_vllm_log(REAL_0_19 / name)
+    assert (log.version, log.generation) == ("0.19.0", "V1")
+    assert (log.model, log.tensor_parallel_size) == (want["model"], want["tp"])
+    assert log.total_gpu_memory_bytes == round(want["total"] * GiB)
+    assert log.requested_memory_bytes == round(want["requested"] * GiB)
+    assert log.non_kv_cache_bytes == round(want["non_kv"] * GiB)
+    assert log.activation_bytes == round(want["activation"] * GiB)
+    assert log.non_torch_bytes == round(want["non_torch"] * GiB)
+    assert log.weights_bytes == round(want["weights"] * GiB)
+    assert log.num_gpu_blocks == want["blocks"] and log.max_num_seqs == want["max_num_seqs"]
+
+
+@pytest.mark.parametrize("repeat", ["non-default args: {'model': 'x', ", "worker init memory snapshot: ",
+                                    "\u2588  version ", "Free memory on device ("])
+def test_served_log_patterns_parse_long_lines_in_linear_time(tmp_path, repeat):
+    text = "INFO " + repeat * (600_000 // len(repeat)) + "\n"
+    out = _parse_in_subprocess(text, tmp_path)
+    assert out in ("[]", "['args']")

@@ -47,10 +47,11 @@ class Prediction:
 def explain_log(log_path: Path, *, model: str | None = None, gpu: str | None = None, gpu_memory: str | None = None,
                 tp: int | None = None, max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
                 max_num_seqs: int | None = None, engine: str | None = None, fetch: bool | None = None,
-                revision: str | None = None) -> ExplainReport:
+                revision: str | None = None, weight_dtype: str = "auto") -> ExplainReport:
     """Read the log at ``log_path`` and predict its deployment: ``model`` (default: the one the log names) on
     ``gpu`` or a GPU of ``gpu_memory`` (default: the catalog GPU of the logged total memory), with the rules of
-    ``engine`` (``vllm==X.Y.Z``; default: the release the log prints). The other settings default to the log's."""
+    ``engine`` (``vllm==X.Y.Z``; default: the release the log prints), weights in ``weight_dtype`` (default: the
+    checkpoint's, or fp8 where the log quantizes online). The other settings default to the log's."""
     from kvplan.core.capacity.explain import explain_rows
     from kvplan.io.vllm_log import read_vllm_log
 
@@ -61,7 +62,7 @@ def explain_log(log_path: Path, *, model: str | None = None, gpu: str | None = N
         log = dataclasses.replace(log, max_seq_len=max_model_len)
     gpu_spec, gpu_source = _gpu_for(log, gpu, gpu_memory)
     p = _predict(log, model, gpu_spec, tp=tp, engine=engine, max_num_seqs=max_num_seqs or log.max_num_seqs,
-                 fetch=fetch, revision=revision)
+                 fetch=fetch, revision=revision, weight_dtype=weight_dtype)
     notes = p.notes if gpu_source is None or p.predicted is None else (gpu_source, *p.notes)
     return ExplainReport(log=log, gpu=gpu_spec, rows=tuple(explain_rows(log.figures(), p.predicted, p.replay)),
                          notes=notes, profile=p.profile, hub=p.hub, gpu_source=gpu_source)
@@ -90,7 +91,7 @@ def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPU
 
 
 def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | None, engine: str | None,
-             max_num_seqs: int | None, fetch: bool | None, revision: str | None) -> Prediction:
+             max_num_seqs: int | None, fetch: bool | None, revision: str | None, weight_dtype: str) -> Prediction:
     from kvplan.core.capacity.explain import Replay
     from kvplan.core.capacity.fit import fit
     from kvplan.io.models import resolve_model
@@ -109,9 +110,13 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
             f"no prediction for {ref}: {exc} (pass --model with a bundled name or config.json)",))
     spec, dtype_note = _as_run(resolved.spec, log)
     profile, profile_note = _profile(log, engine)
-    req = _request(spec, gpu, log, profile, tp=tp, max_num_seqs=max_num_seqs)
+    weights, weights_note = _weights_as_run(spec, log, weight_dtype, ref)
+    req = _request(spec, gpu, log, profile, tp=tp, max_num_seqs=max_num_seqs, weight_dtype=weights or "auto")
+    if weights is None:  # the checkpoint's format is not known: no prediction, the replay still holds
+        return Prediction(predicted=None, replay=_replay(req, log), notes=(*spec.notes, weights_note), profile=profile,
+                          hub=resolved.hub)
     predicted = fit(req)
-    notes = [n for n in (dtype_note, profile_note) if n]
+    notes = [*spec.notes, *(n for n in (dtype_note, profile_note, weights_note) if n)]
     notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len}, "
                  f"with the rules of {profile.display} {profile.version}")
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
@@ -127,6 +132,24 @@ def _as_run(spec: ModelSpec, log: VLLMLog) -> tuple[ModelSpec, str | None]:
         return (dataclasses.replace(spec, dtype=log.dtype),
                 f"the log runs {spec.name} in {log.dtype} (the config says {spec.dtype})")
     return spec, None
+
+
+def _weights_as_run(spec: ModelSpec, log: VLLMLog, weight_dtype: str, ref: str) -> tuple[str | None, str | None]:
+    """The weight format to predict with, and a note: the one asked; fp8 where the log quantizes a checkpoint without
+    a quantization_config online (vLLM's --quantization fp8, vllm/model_executor/layers/quantization/fp8.py); None
+    where the log loads a quantized checkpoint whose quantization_config kvplan does not have (a bundled base model
+    matched by name, say): its weights cannot be known."""
+    if weight_dtype != "auto":
+        return weight_dtype, None
+    raw = spec.raw_config
+    if log.quantization is None or raw.get("quantization_config") or (raw.get("text_config") or {}).get(
+            "quantization_config"):
+        return "auto", None
+    if log.quantization == "fp8":
+        return "fp8", f"the log quantizes {spec.name}'s weights to fp8 as it loads them (quantization=fp8)"
+    return None, (f"no prediction: the log loads a {log.quantization}-quantized checkpoint and kvplan has no "
+                  f"quantization_config for {ref} (sized as {spec.name}); pass --model with its config.json, or "
+                  "--weight-dtype (bf16, fp8, int8, int4-g128, mxfp4)")
 
 
 def _dtype_name(name: str) -> str:
@@ -161,13 +184,13 @@ def _profile(log: VLLMLog, engine: str | None) -> tuple[EngineProfile, str | Non
 
 
 def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile, *, tp: int | None,
-             max_num_seqs: int | None) -> FitRequest:
+             max_num_seqs: int | None, weight_dtype: str = "auto") -> FitRequest:
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
     from kvplan.core.capacity.common import FitRequest
 
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
-                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype,
+                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                       gpu_memory_utilization=log.gpu_memory_utilization,
                       max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
                       enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,

@@ -36,6 +36,9 @@ MaxNumBatchedTokensOpt = Annotated[Optional[int], max_num_batched_tokens_option(
     "uses more).")]
 MaxNumSeqsOpt = Annotated[Optional[int], max_num_seqs_option(
     "Sequences per batch (default: the release's default for the GPU).")]
+WeightDtypeOpt = Annotated[str, typer.Option("--weight-dtype", help=(
+    "Weight format of the checkpoint the log loads: auto (default: its quantization_config, or fp8 where the log "
+    "quantizes online), bf16, fp16, fp8, int8, int4-g128, mxfp4."))]
 EngineOpt = Annotated[Optional[str], engine_option(
     "vllm==X.Y.Z: the release that wrote the log (default: the version the log prints).")]
 
@@ -52,6 +55,7 @@ def explain(
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     engine: EngineOpt = None,
+    weight_dtype: WeightDtypeOpt = "auto",
     as_json: JsonOption = False,
     fetch: FetchOption = None,
     revision: RevisionOption = None,
@@ -59,7 +63,7 @@ def explain(
     """Where a vLLM deployment's memory went, and kvplan's prediction beside each logged figure."""
     report = explain_log(log_path, model=model, gpu=gpu, gpu_memory=gpu_memory, tp=tp, max_model_len=max_model_len,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, engine=engine,
-                         fetch=fetch, revision=revision)
+                         fetch=fetch, revision=revision, weight_dtype=weight_dtype)
     if as_json:
         print_json({**explain_json(report), "fetched": fetched_json(report.hub)})
         return

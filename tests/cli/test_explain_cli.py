@@ -44,8 +44,9 @@ REPRODUCED = [
     ("v0_6_4_llama31_8b_rtx3090_20k.log", "0.6.4",
      ["--model", "llama3.1-8b", "--gpu", "RTX-3090", "--engine", "vllm==0.6.4"], "KV blocks", 0.08),
     ("v0_7_1_qwen25_32b_l40s_tp2.log", "0.7.1", ["--model", str(CONFIGS / "qwen2.5-32b.json")], "KV blocks", 0.05),
-    # bitsandbytes 4-bit: the budget is negative and vLLM allocates 0 blocks; kvplan's prediction (bf16
-    # weights: it has no bitsandbytes format) is reported, also 0 blocks
+    # bitsandbytes 4-bit: the budget is negative and vLLM allocates 0 blocks, which the replay gives; kvplan has no
+    # bitsandbytes format and the bundled config is the bf16 one: no prediction (its weights would be 14.19 GiB
+    # against 5.20 logged)
     ("v0_7_3_qwen25_7b_bnb4_rtx4060.log", "0.7.3", ["--model", "qwen2.5-7b-instruct"], "KV blocks", None),
     # V0 on 0.8.2 (Windows build), opt-125m upcast to fp32 (the log's dtype is applied to the config)
     ("v0_8_2_opt125m_fp32_16gb_windows.log", "0.8.2", ["--model", str(CONFIGS / "opt-125m.json")], "KV blocks", 0.05),
@@ -81,7 +82,10 @@ def test_explain_reproduces_the_logged_capacity(log, release, args, figure, kv_t
         assert kv["replayed"] == 0 and row["logged"] == row["replayed"] == 0
     elif kv["replayed"] is not None:  # the log prints the budget's components: they add up as the release does
         assert abs(kv["replayed_error_frac"]) < 0.01, kv
-    # kvplan's prediction from the model, GPU and settings alone is reported beside it
+    # kvplan's prediction from the model, GPU and settings alone is reported beside it, where the weights are known
+    if "bnb4" in log:
+        assert kv["predicted"] is None and any("bitsandbytes-quantized checkpoint" in n for n in out["notes"])
+        return
     assert kv["predicted"] is not None and row["predicted"] is not None
     if kv_tol is not None:
         assert abs(kv["predicted_error_frac"]) < kv_tol, kv
@@ -242,3 +246,31 @@ def test_a_served_0_11_excerpt_names_release_and_model(tmp_path):
     assert out["profile"]["version"].startswith("0.11") and out["logged"]["max_seq_len"] == 16384
     assert "max_model_len 16384" in out["notes"][-1]
     assert rows(out)["KV cache tokens"]["replay_miss"] is not None
+
+
+FP8DYN = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm_logs" / "llm-d-planner-v0.19.0"
+          / "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192.excerpt.log")
+
+
+def _rows(out: dict) -> dict:
+    return {row["figure"]: row for row in out["rows"]}
+
+
+def test_a_quantized_checkpoint_kvplan_lacks_is_not_predicted_as_its_bf16_base():
+    # RedHatAI's fp8-dynamic Llama-3.3-70B loads 33.88 GiB a GPU at tp 2 (its log); kvplan bundles only the bf16
+    # base, whose weights would be twice that: no prediction, and the replay from the log's own figures still holds
+    r = runner.invoke(app, ["explain", str(FP8DYN), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    rows = _rows(out)
+    assert all(row["predicted"] is None for row in rows.values())
+    assert any("compressed-tensors-quantized checkpoint" in n for n in out["notes"])
+    assert rows["KV cache tokens"]["logged"] == rows["KV cache tokens"]["replayed"] == 244_304
+
+
+def test_the_weight_format_stated_predicts_the_quantized_start():
+    r = runner.invoke(app, ["explain", str(FP8DYN), "--weight-dtype", "fp8", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = _rows(json.loads(r.stdout))
+    assert abs(rows["weights"]["predicted"] / (33.88 * 2**30) - 1) < 0.01  # "Model loading took 33.88 GiB"
+    assert abs(rows["KV cache tokens"]["predicted"] / 244_304 - 1) < 0.03  # "GPU KV cache size: 244,304 tokens"

@@ -22,7 +22,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
-from kvplan.core.engines.vllm.profiles import CapacityLog, VLLMRules, check_block_size, mla_block
+from kvplan.core.engines.vllm.profiles import CapacityLog, PagePadding, VLLMRules, check_block_size, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
 
@@ -93,6 +93,9 @@ class Bucket:
     block_size: int
     num_layers: int
     num_groups: int
+    # An attention page padded to the layout's page (page_size_padded, PagePadding): its own, smaller page;
+    # 0: not padded. The pool counts the padded page: the layer's block holds block_size tokens in more bytes.
+    real_page_bytes: int = 0
     state_blocks: int = 1  # LINEAR: blocks one request holds (Mamba state, speculative and align blocks)
     extra_blocks: int = 0  # blocks a request holds whatever its length (DeepSeek-V4's windows and compressor state)
 
@@ -243,17 +246,32 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
     group_size = _group_size([len(v) for v in buckets.members.values()])
     out = []
     for (kind, window, tok_bytes), members in buckets.members.items():
-        if kind is LayerKind.LINEAR:
-            bucket_block = block_size
-        else:
+        bucket_block, real_page = block_size, 0
+        if kind is not LayerKind.LINEAR:
             own_page = block_size * tok_bytes
-            if page % own_page:
+            # vllm/v1/core/kv_cache_utils.py::unify_kv_cache_spec_page_size: a smaller page that divides the
+            # largest grows its block size; one that does not is padded (rules.page_padding) or refused.
+            if page % own_page == 0:
+                bucket_block = block_size * (page // own_page)
+            elif rules.pads_page(members[0]):
+                real_page = own_page
+            else:
                 raise ConfigError(f"{name}: layers with page sizes {own_page} and {page} B cannot share "
-                                  "vLLM's block pool (sizes must divide)")
-            bucket_block = block_size * (page // own_page)
+                                  "vLLM's block pool (sizes must divide)" + _padding_hint(rules, members[0]))
         out.append(Bucket(kind=kind, window=window, block_size=bucket_block, num_layers=len(members),
-                          num_groups=cdiv(len(members), group_size), state_blocks=state_blocks))
+                          num_groups=cdiv(len(members), group_size), state_blocks=state_blocks,
+                          real_page_bytes=real_page))
     return KVLayout(page_bytes=page, group_size=group_size, buckets=tuple(out))
+
+
+def _padding_hint(rules: VLLMRules, layer: Layer) -> str:
+    """What to pin where a later release pads this page."""
+    from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
+
+    since = next((p.version for p in VLLM_PROFILES if p.rules.pads_page(layer)), None)
+    if since is None or rules.page_padding is not PagePadding.NONE:
+        return ""
+    return f"; vLLM pads the smaller page from {since}: pin --engine vllm=={since} or later"
 
 
 def v4_layout(layers: list[CompressedLayer]) -> KVLayout:

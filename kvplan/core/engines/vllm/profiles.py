@@ -19,6 +19,7 @@ from kvplan.core.engines.vllm.rules import (  # noqa: F401  (imported from here:
     CudaGraphs,
     MlaGivenBlock,
     ModelRunner,
+    PagePadding,
     VLLMRules,
 )
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap  # noqa: F401
@@ -228,8 +229,14 @@ _table.at("0.24.0", ("scheduler, prefix caching: every freed block without a has
                      "hashed blocks to the back (0.24.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks)",
                      "scheduler: the watermark option (default 0.0) keeps a share of the pool free at admission "
                      "(0.24.0: vllm/config/scheduler.py; vllm/v1/core/kv_cache_manager.py::KVCacheManager."
-                     "allocate_slots)"),
-          scheduler=_table.sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True))
+                     "allocate_slots)",
+                     "an attention page that does not divide the largest is padded to it, keeping its block size, "
+                     "where the backend indexes KV by the block stride: FlashAttention (the CUDA default), "
+                     "FlashInfer, Triton, FlexAttention and the dense MLA backends do (0.24.0: vllm/v1/core/"
+                     "kv_cache_utils.py::unify_kv_cache_spec_page_size; vllm/v1/attention/backend.py::"
+                     "AttentionBackend.indexes_kv_by_block_stride); 0.23.x refused it"),
+          scheduler=_table.sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True),
+          page_padding="block_stride")
 _table.at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
                      "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
                      "max_admission_blocks_per_request)",
@@ -243,7 +250,9 @@ _table.at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = ba
                      "runner is the default for the listed MoE architectures and every model neither MoE nor hybrid "
                      "(0.26.0: vllm/config/vllm.py::VllmConfig._is_default_v2_model_runner_model, "
                      "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; the rule since 0.25.0, after Qwen3 alone in 0.22.0 and "
-                     "a list in 0.23.0-0.24.x: no release before 0.26 plans with batches in flight)"),
+                     "a list in 0.23.0-0.24.x: no release before 0.26 plans with batches in flight)",
+                     "a Mamba page smaller than the largest (a draft model's) is padded to it (0.26.0: vllm/v1/core/"
+                     "kv_cache_utils.py::unify_kv_cache_spec_page_size); kvplan plans no draft model's layers"),
           scheduler=_table.sched("0.26.0", window_cap_in_flight=True, window_frees_processed=True),
           model_runner="v2 unless moe or hybrid", v2_architectures=_V2_ARCHITECTURES_0_26)
 _table.at("0.27.0", ("the budget charges memory consumed by the profile run (free at start - free after) plus the "
@@ -267,8 +276,11 @@ _table.at("0.29.0", ("the fit check and the max-model-len search leave one block
                      "(prefix_cache_retention_interval 0) (0.29.0: vllm/config/cache.py; vllm/v1/core/"
                      "single_type_kv_cache_manager.py::SlidingWindowManager.reachable_block_mask); not modelled",
                      "the V2 model runner is the default for every model on CUDA, MoE and hybrid too: pp + 1 batches "
-                     "in flight with async scheduling (0.29.0: vllm/config/vllm.py::VllmConfig.use_v2_model_runner)"),
-          null_block_in_fit=True, scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
+                     "in flight with async scheduling (0.29.0: vllm/config/vllm.py::VllmConfig.use_v2_model_runner)",
+                     "any non-MLA attention page that does not divide the largest is padded to it, whatever the "
+                     "backend; an MLA page no longer is (0.29.0: vllm/v1/core/kv_cache_utils.py::"
+                     "unify_kv_cache_spec_page_size; 0.33.0: v1/core/kv_cache_planning.py)"),
+          null_block_in_fit=True, page_padding="non_mla", scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
           model_runner="v2", v2_architectures=())
 _table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
                      "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, SchedulerRules
+from kvplan.core.spec import Layer, MLALayer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +124,26 @@ class ModelRunner(str, Enum):
     V2 = "v2"  # every model (0.29.0: no architecture test left)
 
 
+class PagePadding(str, Enum):
+    """Which smaller KV page vLLM pads to the largest when it does not divide it: the layer keeps its block
+    size and its page takes the largest page's bytes in the pool (``page_size_padded``). A page no rule pads
+    is refused, NotImplementedError (vllm/v1/core/kv_cache_utils.py::unify_kv_cache_spec_page_size; 0.33.0:
+    v1/core/kv_cache_planning.py)."""
+
+    NONE = "none"  # (<= 0.23.x) "Cannot unify by adjusting block_size"
+    # An attention layer whose backend sets indexes_kv_by_block_stride (0.24.0-0.28.x): the block dimension
+    # outermost in the layered stride order (vllm/v1/attention/backend.py::AttentionBackend.
+    # indexes_kv_by_block_stride). Every CUDA backend kvplan names has it, FlashAttention (the default) in both
+    # NHD and HND, FlashInfer, Triton, FlexAttention and the dense MLA backends; sparse FlashMLA defines no
+    # layered stride order and is not padded.
+    BLOCK_STRIDE = "block_stride"
+    NON_MLA = "non_mla"  # any attention layer but MLA (0.29.0 on): sparse MLA indexes whole token rows
+
+
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
-          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock, "model_runner": ModelRunner}
+          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock, "model_runner": ModelRunner,
+          "page_padding": PagePadding}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +167,8 @@ class VLLMRules:
     # Layers of one attention type whose pages differ (other head sizes or KV heads) form one group
     # whose block costs the sum of their pages (UniformTypeKVCacheSpecs); before, pages were unified.
     uniform_type_group: bool = False
+    # A smaller attention page that does not divide the largest is padded to it (PagePadding); else refused.
+    page_padding: PagePadding = PagePadding.NONE
     auto_fit: bool = False  # max_model_len = -1 picks the longest that fits
     # --mamba-cache-mode: a Mamba layer holds 1 + speculative blocks a request (none) or 2 + speculative
     # (align, with prefix caching); before, one block.
@@ -159,6 +179,15 @@ class VLLMRules:
     model_runner: ModelRunner = ModelRunner.V1
     v2_architectures: tuple[str, ...] = ()
     scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
+
+    def pads_page(self, layer: Layer) -> bool:
+        """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it
+        (unify_kv_cache_spec_page_size)."""
+        if self.page_padding is PagePadding.NON_MLA:
+            return not isinstance(layer, MLALayer)
+        if self.page_padding is PagePadding.BLOCK_STRIDE:
+            return not (isinstance(layer, MLALayer) and layer.indexer_head_dim)
+        return False
 
     def __post_init__(self) -> None:
         for name, kind in _ENUMS.items():  # the table names them; a misspelt one fails here, at import

@@ -1,7 +1,7 @@
 """The architecture shape for weight counts, read from config.json keys.
 
 Which keys mean what follows transformers v5.23's modeling files (``models/<type>/modeling_<type>.py``):
-plain (up/down) MLPs and LayerNorm with bias for GPT-2, OPT and Falcon; gated MLPs and RMSNorm
+plain (up/down) MLPs and LayerNorm with bias for GPT-2, OPT, Falcon and Phi (-1/-2); gated MLPs and RMSNorm
 elsewhere; Qwen2's q/k/v bias; gpt-oss's attention and expert biases; MoE placement from
 ``first_k_dense_replace``/``moe_layer_freq`` (DeepSeek), ``decoder_sparse_step``/``mlp_only_layers``
 (Qwen MoE), ``interleave_moe_layer_step`` (Llama 4), ``expert_layer_period``/``offset`` (Jamba).
@@ -17,8 +17,8 @@ from kvplan.core.spec import ArchShape, Layer, LinearLayer, MoEShape
 from kvplan.errors import ConfigError
 
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "opt", "gpt2"}
-_PLAIN_MLP = {"gpt2", "opt", "falcon", "gpt_bigcode", "gpt_neox", "bloom"}
-_LAYERNORM_WITH_BIAS = {"gpt2", "opt", "falcon", "gpt_bigcode", "gpt_neox", "bloom"}
+_PLAIN_MLP = {"gpt2", "opt", "falcon", "gpt_bigcode", "gpt_neox", "bloom", "phi"}
+_LAYERNORM_WITH_BIAS = {"gpt2", "opt", "falcon", "gpt_bigcode", "gpt_neox", "bloom", "phi"}
 
 
 def _moe_shape(cfg: Any, experts_key: str, expert_intermediate: int, **extra: Any) -> MoEShape:
@@ -94,13 +94,14 @@ def arch_from_config(cfg: Any, *, model_type: str, layers: tuple[Layer, ...], hi
         intermediate = cfg.int("intermediate_size_mlp", default=intermediate)
     linear = next((layer for layer in layers if isinstance(layer, LinearLayer)), None)
     plain = model_type in _PLAIN_MLP
-    bias_all = (model_type == "gpt2" or (model_type == "opt" and cfg.bool("enable_bias", True))
+    # phi (modeling_phi.py): q/k/v/dense and fc1/fc2 all carry a bias (the LM head's 51,200 are not counted)
+    bias_all = (model_type in ("gpt2", "phi") or (model_type == "opt" and cfg.bool("enable_bias", True))
                 or (model_type == "falcon" and cfg.bool("bias", False)))
     attention_bias = cfg.bool("attention_bias", False)
     norms = 2
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         norms = 4  # pre/post attention and pre/post feed-forward norms
-    elif model_type == "falcon" and not cfg.bool("new_decoder_architecture", False):
+    elif model_type == "phi" or (model_type == "falcon" and not cfg.bool("new_decoder_architecture", False)):
         norms = 1  # one input_layernorm shared by the parallel attention and MLP
     return ArchShape(
         vocab_size=vocab,

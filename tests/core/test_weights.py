@@ -37,6 +37,10 @@ from kvplan.io.models import load_model
         ("qwen3-next-80b-a3b", 79.7e9),
         ("jamba-mini", 51.6e9),
         ("gpt2", 124.4e6),
+        ("phi-2", 2.78e9),  # PhiForCausalLM: plain fc1/fc2, biases on every linear layer, one LayerNorm per layer
+        ("phi-4", 14.7e9),
+        ("qwen3-14b", 14.8e9),  # Qwen3-14B model card: 14.8B (13.2B non-embedding)
+        ("gemma2-2b", 2.61e9),
     ],
 )
 def test_parameter_counts_within_one_percent(name, published):

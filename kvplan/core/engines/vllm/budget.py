@@ -72,8 +72,8 @@ def in_flight(rules: VLLMRules, spec: ModelSpec, mnbt: int, pp: int, async_sched
     the batches by the model runner the release picks for the model (VLLMRules.max_concurrent_batches).
     ``async_scheduling`` None: the release's default."""
     async_ = rules.async_default if async_scheduling is None else async_scheduling
-    listed = spec.raw_config.get("architectures")
-    architectures = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+    listed = spec.raw_config.get("architectures")  # a user's config.json may hold anything here (a number, null)
+    architectures = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, (list, tuple)) else ()
     v2 = rules.runs_v2(architectures=architectures, moe=spec.arch is not None and spec.arch.moe is not None,
                        hybrid=any(isinstance(x, LinearLayer) for x in spec.layers))
     if not rules.in_flight_admission:

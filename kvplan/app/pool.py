@@ -166,10 +166,10 @@ def v1_max_num_seqs(wf: WorkloadFile, serving: Serving, notes: list[str]) -> int
     """scheduler.max_num_seqs, or the OpenAI server's default for the GPU and release (said in a note)."""
     if "max_num_seqs" in wf.scheduler.model_fields_set or serving.gpu is None:
         return wf.scheduler.max_num_seqs
-    from kvplan.core.engines.vllm.profiles import batch_defaults
+    from kvplan.core.engines.vllm.profiles import default_seqs
 
     choice = serving.engine
-    seqs = batch_defaults(choice.profile.rules, serving.gpu, serving.max_model_len)[1]
+    seqs = default_seqs(choice.profile.rules, serving.gpu, serving.max_model_len, v1_batched_tokens(wf, serving, []))
     notes.append(f"max_num_seqs {seqs}: the OpenAI server's default for this GPU in vLLM {choice.version} "
                  "(vllm/engine/arg_utils.py); set scheduler.max_num_seqs to change it")
     return seqs

@@ -177,3 +177,11 @@ def test_v1_takes_the_servers_batch_limits_for_the_gpu_and_release(tmp_path, gpu
     stated = _v1(_file(tmp_path, text.replace("max_model_len: 8192", "max_model_len: 8192, max_num_seqs: 64")))
     assert stated.inputs.scheduler.max_num_seqs == 64
     assert not any(n.startswith("max_num_seqs") for n in stated.notes)
+
+
+def test_v1s_default_max_num_seqs_is_cut_to_the_token_budget(tmp_path):
+    # vLLM 0.11+ (arg_utils.py): min(the GPU's default 1024, max_num_batched_tokens); it used to be refused here
+    text = ("serving: {model: llama3.1-8b, gpu: H100-80GB, engine: vllm==0.33.0}\n"
+            "requests: {count: 5, arrival: {process: poisson, rate: 1.0}, prompt_tokens: {dist: constant, value: 100}, "
+            "output_tokens: {dist: constant, value: 10}}\nscheduler: {max_model_len: 4096, max_num_batched_tokens: 512}\n")
+    assert _v1(_file(tmp_path, text)).inputs.scheduler.max_num_seqs == 512

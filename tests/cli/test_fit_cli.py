@@ -238,3 +238,19 @@ def test_pipeline_parallel_async_counts_pp_plus_one_on_the_v2_runner(model, vers
     assert out["settings"]["max_in_flight_tokens"] == batches * 8192
     assert out["page_size_bytes"] == page and out["num_blocks"] == 20 * GiB // page
     assert out["max_concurrency"] == round(concurrency, 4)
+
+
+def test_a_default_max_num_seqs_is_cut_to_the_token_budget_from_0_11():
+    # vllm/engine/arg_utils.py (0.11.0 _set_default_args; 0.33.0 the same): min(default max_num_seqs, budget)
+    code, out = _fit("llama3.1-8b", "--gpu", "H100-80GB", "--max-num-batched-tokens", "512", "--engine", "vllm==0.19.0")
+    assert code == 0 and out["settings"]["max_num_seqs"] == 512  # not the H100 default 1024
+    code, out = _fit("llama3.1-8b", "--gpu", "H100-80GB", "--max-num-batched-tokens", "4096", "--engine", "vllm==0.19.0")
+    assert code == 0 and out["settings"]["max_num_seqs"] == 1024
+
+
+def test_a_budget_below_max_num_seqs_does_not_start_before_0_11():
+    # 0.10.0 keeps the default 1024 (arg_utils.py, no cut) and SchedulerConfig refuses a smaller budget
+    r = runner.invoke(app, ["fit", "llama3.1-8b", "--gpu", "H100-80GB", "--max-num-batched-tokens", "512",
+                            "--engine", "vllm==0.10.0"])
+    assert r.exit_code == 2
+    assert "max_num_batched_tokens 512 must be at least max_num_seqs (1024" in " ".join(r.output.split())

@@ -40,7 +40,7 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.engines.vllm.profiles import (CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
-                                              mla_block)
+                                              default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
 
@@ -168,9 +168,13 @@ class VLLMBudget(EngineBudget):
         block_size = resolve_block_size(rules, req.spec.layers, req.block_size, req.attention_backend)
         kv_dtype = resolve_kv_dtype(req.spec, req.kv_dtype)
         check_layout_dtype(rules, kv_dtype, profile.version)
-        default_mnbt, default_seqs = batch_defaults(rules, req.gpu, max_model_len)
-        mnbt = req.max_num_batched_tokens or default_mnbt
-        max_num_seqs = req.max_num_seqs or default_seqs
+        mnbt = req.max_num_batched_tokens or batch_defaults(rules, req.gpu, max_model_len)[0]
+        max_num_seqs = req.max_num_seqs or default_seqs(rules, req.gpu, max_model_len, mnbt)
+        if mnbt < max_num_seqs:  # vllm/config/scheduler.py::SchedulerConfig (every release): vLLM does not start
+            given = "" if req.max_num_seqs else ", the release's default for this GPU"
+            raise InputError(f"vLLM {profile.version} refuses to start: max_num_batched_tokens {mnbt} must be at "
+                             f"least max_num_seqs ({max_num_seqs}{given}); set --max-num-seqs {mnbt} or raise "
+                             f"--max-num-batched-tokens to {max_num_seqs}")
         graphs = () if req.enforce_eager else tuple(capture_sizes(rules, max_num_seqs=max_num_seqs,
                                                                   max_num_batched_tokens=mnbt,
                                                                   blackwell=blackwell_class(req.gpu)))

@@ -152,7 +152,7 @@ _table.at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks //
                      "every chunk, async scheduling off by default and one more decode scheduled for a request whose "
                      "last token is in flight (0.11.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)"),
           capacity_log="blocks_per_group", uniform_type_group=True, layout_kv_dtypes=("fp8_ds_mla",),
-          scheduler=_table.sched("0.11.0"))
+          seqs_cut_to_batched_tokens=True, scheduler=_table.sched("0.11.0"))
 _table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/vllm.py::_set_cudagraph_sizes)",
                      "an MLA model keeps a --block-size that is a multiple of 64 (sparse MLA: only 64) "
                      "(0.11.1: vllm/platforms/cuda.py::CudaPlatformBase.check_and_update_config)",
@@ -289,6 +289,14 @@ _table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when 
 
 VLLM_PROFILES: tuple[EngineProfile, ...] = chain("vllm", "vLLM", _table.entries)
 del _table
+
+
+def default_seqs(rules: VLLMRules, gpu: GPUSpec, max_model_len: int, max_num_batched_tokens: int | None) -> int:
+    """max_num_seqs where none is given: the OpenAI server's default for the GPU, cut to the token budget from
+    0.11.0 (VLLMRules.seqs_cut_to_batched_tokens)."""
+    mnbt, seqs = batch_defaults(rules, gpu, max_model_len)
+    budget = max_num_batched_tokens or mnbt
+    return min(seqs, budget) if rules.seqs_cut_to_batched_tokens else seqs
 
 
 def batch_defaults(rules: VLLMRules, gpu: GPUSpec, max_model_len: int) -> tuple[int, int]:

@@ -170,6 +170,10 @@ class VLLMRules:
     # A smaller attention page that does not divide the largest is padded to it (PagePadding); else refused.
     page_padding: PagePadding = PagePadding.NONE
     auto_fit: bool = False  # max_model_len = -1 picks the longest that fits
+    # a default max_num_seqs is cut to max_num_batched_tokens (0.11.0: vllm/engine/arg_utils.py::
+    # EngineArgs._set_default_args, min(default_max_num_seqs, max_num_batched_tokens)); before, a budget below the
+    # default made vLLM refuse to start (SchedulerConfig: max_num_batched_tokens must be >= max_num_seqs)
+    seqs_cut_to_batched_tokens: bool = False
     # --mamba-cache-mode: a Mamba layer holds 1 + speculative blocks a request (none) or 2 + speculative
     # (align, with prefix caching); before, one block.
     mamba_cache_modes: bool = False

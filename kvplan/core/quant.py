@@ -33,6 +33,7 @@ from fnmatch import fnmatch
 from typing import Any
 
 from kvplan.core.weights import WeightFormat
+from kvplan.errors import ConfigError
 
 # Module names (as the checkpoint spells them) that make up each part kvplan counts; a part is left
 # unquantized only when every one of its modules is.
@@ -89,6 +90,41 @@ def _targets_match(method: str, targets: tuple[str, ...], name: str) -> bool:
     return "Linear" in targets or any(_matches(method, t, name) for t in targets if t != "Linear")
 
 
+def _section(value: Any, field: str) -> dict[str, Any]:
+    """A quantization_config section that must be a mapping (absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"quantization_config.{field} must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def _count(value: Any, field: str, default: int) -> int:
+    """A positive whole number of the config (bits, a group size, a block side); absent: ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 1 \
+            or value != int(value):
+        raise ConfigError(f"quantization_config.{field} must be a positive whole number (got {value!r})")
+    return int(value)
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    """Module names or patterns: a list of strings, or one string (a list of its one entry, not its letters)."""
+    if value is None:
+        return ()
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(f"quantization_config.{field} must be a list of module names (got {value!r})")
+    for x in items:
+        if x.startswith("re:"):
+            try:
+                re.compile(x[3:])
+            except re.error as exc:
+                raise ConfigError(f"quantization_config.{field}: {x!r} is not a regular expression ({exc})") from None
+    return tuple(items)
+
+
 def _fmt(name: str, bits: int, per: int = 0, scale_bits: int = 0) -> WeightFormat:
     return WeightFormat(name=name, bits=bits, group_elems=per if scale_bits else 0,
                         group_overhead_bits=scale_bits if per else 0, description=name)
@@ -96,19 +132,19 @@ def _fmt(name: str, bits: int, per: int = 0, scale_bits: int = 0) -> WeightForma
 
 def _ct_format(group: dict[str, Any], *, model_bits: int, hidden_size: int) -> WeightFormat | None:
     """One config group's weights as vLLM's compressed-tensors scheme allocates them."""
-    w = group.get("weights") or {}
+    w = _section(group.get("weights"), "config_groups.*.weights")
     if not w:
         return None
-    bits = int(w.get("num_bits", 8))
+    bits = _count(w.get("num_bits"), "weights.num_bits", 8)
     kind = w.get("type", "int")
     strategy = w.get("strategy") or "tensor"
-    act = group.get("input_activations") or {}
+    act = _section(group.get("input_activations"), "config_groups.*.input_activations")
     symmetric = w.get("symmetric", True) is not False
     if kind == "float" and bits == 4:
         # schemes/compressed_tensors_w4a4_nvfp4.py::CompressedTensorsW4A4Fp4.create_weights (and w4a16_nvfp4):
         # weight uint8 [out, in // 2], weight_scale float8_e4m3fn [out, in // group_size] (group_size 16),
         # weight_global_scale one fp32 per partition. MXFP4 (w4a16_mxfp4) alike with a uint8 E8M0 scale per 32.
-        per, scale_bits = int(w.get("group_size") or 16), 8
+        per, scale_bits = _count(w.get("group_size"), "weights.group_size", 16), 8
     elif bits == 8 and (kind == "float" or act.get("num_bits") == 8):
         # schemes/compressed_tensors_w8a8_fp8.py::CompressedTensorsW8A8Fp8.create_weights
         # (utils/fp8_utils.py::create_fp8_scale_parameter) and compressed_tensors_w8a8_int8.py::
@@ -116,8 +152,10 @@ def _ct_format(group: dict[str, Any], *, model_bits: int, hidden_size: int) -> W
         # for channel, one per logical partition for tensor, [out / bn, in / bk] for block
         scale_bits = 32
         if strategy == "block":
-            bn, bk = (w.get("block_structure") or [128, 128])[:2]
-            per = int(bn) * int(bk)
+            block = w.get("block_structure") or [128, 128]
+            if not isinstance(block, (list, tuple)) or len(block) != 2:
+                raise ConfigError(f"quantization_config weights.block_structure must be two numbers (got {block!r})")
+            per = _count(block[0], "weights.block_structure", 128) * _count(block[1], "weights.block_structure", 128)
         else:
             per = hidden_size if strategy == "channel" else 0
     else:
@@ -125,20 +163,22 @@ def _ct_format(group: dict[str, Any], *, model_bits: int, hidden_size: int) -> W
         # (num_bits each), weight_scale in params_dtype (the model dtype) per group (group_size) or per output
         # channel (group_size -1), and when not symmetric weight_zero_point packed at num_bits per scale
         scale_bits = model_bits + (0 if symmetric else bits)
-        per = int(w.get("group_size") or 0) if strategy == "group" else hidden_size
+        if strategy == "group" and w.get("group_size") is None:
+            raise ConfigError("quantization_config weights.strategy group needs weights.group_size")
+        per = _count(w.get("group_size"), "weights.group_size", 0) if strategy == "group" else hidden_size
     label = f"{kind}{bits}" + (f" {strategy}" if strategy != "tensor" else " per-tensor")
     return _fmt(label, bits, per, scale_bits)
 
 
 def _compressed_tensors(quant: dict[str, Any], model_bits: int, hidden_size: int) -> QuantRule | None:
     groups = []
-    for group in (quant.get("config_groups") or {}).values():
-        fmt = _ct_format(group, model_bits=model_bits, hidden_size=hidden_size)
+    for group in _section(quant.get("config_groups"), "config_groups").values():
+        fmt = _ct_format(_section(group, "config_groups.*"), model_bits=model_bits, hidden_size=hidden_size)
         if fmt is not None:
-            groups.append((tuple(group.get("targets") or ("Linear",)), fmt))
+            groups.append((_names(group.get("targets"), "config_groups.*.targets") or ("Linear",), fmt))
     if not groups:
         return None
-    ignore = tuple(quant.get("ignore") or ())
+    ignore = _names(quant.get("ignore"), "ignore")
     kinds = ", ".join(sorted({f.name for _, f in groups}))
     return QuantRule(method="compressed-tensors", groups=tuple(groups), expert_groups=tuple(groups), ignore=ignore,
                      note=f"weights: compressed-tensors {kinds} on the Linear layers (quantization_config), "
@@ -149,7 +189,7 @@ def _modelopt(quant: dict[str, Any], hidden_size: int) -> QuantRule | None:
     nested = quant.get("quantization")  # hf_quant_config.json: {"quantization": {"quant_algo", "exclude_modules"}}
     src = nested if isinstance(nested, dict) else quant
     algo = str(src.get("quant_algo") or "").upper()
-    ignore = tuple(src.get("exclude_modules") or src.get("ignore") or ())
+    ignore = _names(src.get("exclude_modules") or src.get("ignore"), "exclude_modules")
     if algo == "FP8":
         # modelopt.py::ModelOptFp8LinearMethod.create_weights: fp8 weight, one fp32 weight_scale per partition
         fmt = _fmt("fp8 per-tensor", 8)
@@ -162,7 +202,7 @@ def _modelopt(quant: dict[str, Any], hidden_size: int) -> QuantRule | None:
     elif algo == "NVFP4":
         # modelopt.py::ModelOptNvFp4LinearMethod.create_weights: uint8 weight (two E2M1 per byte), fp8 weight_scale
         # per group_size (16 by default, ModelOptNvFp4Config) inputs, fp32 weight_scale_2 per partition
-        fmt = _fmt("nvfp4", 4, int(src.get("group_size") or 16), 8)
+        fmt = _fmt("nvfp4", 4, _count(src.get("group_size"), "group_size", 16), 8)
     else:
         return None
     groups = ((("Linear",), fmt),)
@@ -175,7 +215,7 @@ def _modelopt(quant: dict[str, Any], hidden_size: int) -> QuantRule | None:
 def _fbgemm_fp8(quant: dict[str, Any], hidden_size: int) -> QuantRule:
     # fbgemm_fp8.py::FBGEMMFp8LinearMethod.create_weights: fp8 weight, fp32 weight_scale [out, 1]; FBGEMMFp8Config.
     # get_quant_method quantizes LinearBase only, so FusedMoE experts load unquantized
-    ignore = tuple(quant.get("modules_to_not_convert") or ())
+    ignore = _names(quant.get("modules_to_not_convert"), "modules_to_not_convert")
     return QuantRule(method="fbgemm_fp8", groups=((("Linear",), _fmt("fp8 channel", 8, hidden_size, 32)),),
                      expert_groups=(), ignore=ignore,
                      note=f"weights: fbgemm FP8 per channel on the Linear layers (quantization_config), "

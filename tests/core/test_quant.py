@@ -117,3 +117,27 @@ def test_fit_counts_a_bundled_w8a8_checkpoint_at_its_ratio_to_bf16(quantized, ba
     b, _ = model_weights(FitRequest(spec=load_model(base), gpu=gpu, tp=tp))
     assert q.per_gpu_bytes / b.per_gpu_bytes == pytest.approx(ratio, abs=0.003)
     assert q.format == "int8 channel" and b.format == "bf16"
+
+
+@pytest.mark.parametrize("quant,field", [
+    ({"quant_method": "compressed-tensors", "config_groups": [{"weights": FP8_CHANNEL}]}, "config_groups"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": "fp8"}}}, "weights"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": float("nan")}), "group_size"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group"}), "group_size"),
+    (ct({**FP8_CHANNEL, "strategy": "block", "block_structure": [128]}), "block_structure"),
+    (ct(FP8_CHANNEL, ignore=("re:(unclosed",)), "ignore"),
+    (ct({**FP8_CHANNEL, "num_bits": True}), "num_bits"),
+])
+def test_a_malformed_quantization_config_is_refused_naming_the_field(quant, field):
+    from kvplan.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        weights(quant)
+
+
+def test_one_module_named_as_a_string_is_that_module_not_its_letters():
+    # ModelOpt's exclude_modules "lm_head" as a string: a list of its letters would match every module by substring
+    # (is_layer_excluded) and count the whole model in bf16
+    as_list = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}
+    assert weights({**as_list, "exclude_modules": "lm_head"}) == weights(as_list)
+    assert weights(as_list)[0] == 73_728 + KEPT  # fp8 per tensor, the LM head in the model dtype

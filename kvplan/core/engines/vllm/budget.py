@@ -185,6 +185,11 @@ class VLLMBudget(EngineBudget):
         if req.kv_cache_memory_bytes is not None and not rules.kv_cache_memory_bytes:
             notes.append(f"vLLM {profile.version} has no --kv-cache-memory-bytes (from 0.10.2): the figure is used as "
                          "the KV memory to plan with")
+        if rules.v1 and req.tp >= 2 and req.gpu.nvswitch_hopper_class and req.non_torch_memory is None:
+            notes.append(f"non-torch memory {estimates.NON_TORCH_NVSWITCH_TP_BYTES / GiB:.2f} GiB a GPU for the "
+                         "tensor-parallel all-reduce on an NVSwitch board: an estimate from vLLM 0.19.0's H100 SXM "
+                         "starts at tp 2 and 4 (2.06-2.21 GiB); other releases and GPUs are not measured "
+                         "(--non-torch-memory to give yours)")
         if req.gpu_memory_per_rank is not None and len(set(req.gpu_memory_per_rank)) > 1:
             notes.append(f"the GPUs differ in memory: vLLM plans with the smallest, "
                          f"{min(req.gpu_memory_per_rank) / GiB:.2f} GiB, and gives every rank the smallest rank's "

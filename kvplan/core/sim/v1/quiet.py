@@ -192,11 +192,8 @@ class Quiet:
                     r.num_computed, r.num_tokens = end - 1, nt
                     if caching and nt >= (len(r.hasher.keys) + 1) * hb:
                         r.hasher.extend(nt)
-                    if end > r.cap_tokens:
-                        if grow is None:
-                            mgr.allocate_slots(r, 1)  # a contiguous region: nothing to allocate
-                        else:
-                            grow(r, end, nt)  # the pool's free blocks were counted (_events)
+                    if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
+                        grow(r, end, nt)  # the pool's free blocks were counted (_events)
                     elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
                         mgr.cache_blocks(r, min(end, nt))
                 nf = -1

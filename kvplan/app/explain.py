@@ -64,6 +64,11 @@ def explain_log(log_path: Path, *, model: str | None = None, gpu: str | None = N
     p = _predict(log, model, gpu_spec, tp=tp, engine=engine, max_num_seqs=max_num_seqs or log.max_num_seqs,
                  fetch=fetch, revision=revision, weight_dtype=weight_dtype)
     notes = p.notes if gpu_source is None or p.predicted is None else (gpu_source, *p.notes)
+    if log.binding_kv_cache_bytes is not None and log.kv_cache_memory_bytes is not None:
+        notes = (*notes, f"the ranks' pools are sized by the rank with the most non-KV memory: "
+                         f"{log.binding_kv_cache_bytes / GiB:.2f} GiB of KV memory (requested less its non-KV memory); "
+                         f"the log's 'Available KV cache memory' ({log.kv_cache_memory_bytes / GiB:.2f} GiB) is rank "
+                         "0's; the replay uses the binding rank's")
     return ExplainReport(log=log, gpu=gpu_spec, rows=tuple(explain_rows(log.figures(), p.predicted, p.replay)),
                          notes=notes, profile=p.profile, hub=p.hub, gpu_source=gpu_source)
 
@@ -218,7 +223,7 @@ def _replay(req: FitRequest, log: VLLMLog) -> Replay:
         budget = fit(dataclasses.replace(measured, gpu=gpu, gpu_memory_utilization=log.gpu_memory_utilization))
     if log.kv_cache_memory_bytes is None:
         return Replay(budget=budget)
-    kv = log.kv_cache_memory_bytes
+    kv = log.binding_kv_cache_bytes or log.kv_cache_memory_bytes  # the rank that sizes every pool
     half = int(LOGGED_GIB_HALF_UNIT * GiB)
 
     def at(kv_bytes: int) -> FitResult:

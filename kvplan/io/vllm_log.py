@@ -108,6 +108,10 @@ class VLLMLog:
     requested_memory_bytes: int | None = None  # 0.19 "worker requested memory": total x utilization
     non_kv_cache_bytes: int | None = None  # 0.19 "Total non KV cache memory" of the binding rank
     profile_weights_bytes: int | None = None  # 0.19 profiling line's "weights memory", binding rank
+    # ranks whose profiling lines differ (pp stages): the binding rank's KV memory, requested - its non-KV memory,
+    # where "Available KV cache memory" is rank 0's (vLLM sizes every rank's pool by the least)
+    binding_kv_cache_bytes: int | None = None
+    least_non_kv_bytes: int | None = None  # the smallest rank's "Total non KV cache memory"
     matched: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, object]:
@@ -333,6 +337,8 @@ def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
         # workers' available memory), so the rank with the most non-KV memory binds: under pp, a stage
         # with more layers or the vocabulary; vLLM prints "Available KV cache memory" for rank 0 alone.
         non_kv = _gib(g[0])
+        if log.least_non_kv_bytes is None or non_kv < log.least_non_kv_bytes:
+            log.least_non_kv_bytes = non_kv
         if log.non_kv_cache_bytes is None or non_kv > log.non_kv_cache_bytes:
             log.non_kv_cache_bytes, log.activation_bytes, log.non_torch_bytes = non_kv, _gib(g[1]), _gib(g[2])
             log.profile_weights_bytes = _gib(g[3])
@@ -383,6 +389,9 @@ def parse_vllm_lines(lines: Iterable[tuple[int, str]], path: str = "") -> VLLMLo
         log.activation_bytes = peak_torch - log.weights_bytes
     if log.profile_weights_bytes is not None:
         log.weights_bytes = log.profile_weights_bytes  # the binding rank's, beside its activation and non-torch
+    if (log.requested_memory_bytes is not None and log.non_kv_cache_bytes is not None
+            and log.least_non_kv_bytes is not None and log.non_kv_cache_bytes > log.least_non_kv_bytes):
+        log.binding_kv_cache_bytes = log.requested_memory_bytes - log.non_kv_cache_bytes
     return log
 
 

@@ -274,3 +274,20 @@ def test_the_weight_format_stated_predicts_the_quantized_start():
     rows = _rows(json.loads(r.stdout))
     assert abs(rows["weights"]["predicted"] / (33.88 * 2**30) - 1) < 0.01  # "Model loading took 33.88 GiB"
     assert abs(rows["KV cache tokens"]["predicted"] / 244_304 - 1) < 0.03  # "GPU KV cache size: 244,304 tokens"
+
+
+PP2 = FP8DYN.with_name("meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192.excerpt.log")
+
+
+def test_pipeline_stages_replay_from_the_rank_that_binds():
+    # Llama-3.1-8B at pp 2: "Total non KV cache memory" 8.69 GiB on PP0, 9.6 GiB on PP1, 75.23 GiB requested;
+    # "Available KV cache memory: 66.54 GiB" is PP0's, but vLLM gives every stage the smaller pool:
+    # 75.23 - 9.6 = 65.63 GiB, "GPU KV cache size: 1,075,312 tokens" (67,207 blocks)
+    r = runner.invoke(app, ["explain", str(PP2), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    rows = _rows(out)
+    assert rows["KV blocks"]["logged"] == 67_207
+    assert rows["KV blocks"]["replayed_low"] <= 67_207 <= rows["KV blocks"]["replayed_high"]
+    assert abs(rows["KV blocks"]["replayed"] - 67_207) <= 2  # the log's GiB to two decimals: a block or two
+    assert any("65.63 GiB of KV memory" in n for n in out["notes"])

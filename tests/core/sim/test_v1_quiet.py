@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, newest
 from kvplan.core.sim.model import StepModel
 from kvplan.core.sim.v1 import FULL, CacheGroup, CacheLayout, SchedulerConfig, V1Inputs, V1Request
+from kvplan.core.sim.model import allocator_spec
+from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.scheduler import _Sim
 
 STEP = StepModel(base_ps=5_000_000, per_token_ps=20_000, per_prefill_token_ps=90_000)
@@ -24,18 +26,23 @@ def run(inputs: V1Inputs, fast: bool):
     sim.timeline_points = 40
     result = sim.run()
     pool = sim.mgr.pool
-    state = (list(pool.plain), list(pool.cached_free), pool.caches, pool.key, pool.ref, pool.evicted)
+    if isinstance(sim.mgr, ContiguousManager):
+        state = (pool.num_free, sim.mgr.regions, sim.mgr.entries, sim.mgr.internal)
+    else:
+        state = (list(pool.plain), list(pool.cached_free), pool.caches, pool.key, pool.ref, pool.evicted)
     return result, state, sim.quiet_stretches
 
 
 def inputs(reqs, *, blocks: int, block: int, groups: int, caching: bool, async_: bool, rules, seqs: int,
-           mnbt: int, step: StepModel | None, lpt: int = 0) -> V1Inputs:
+           mnbt: int, step: StepModel | None, lpt: int = 0, mml: int = 1024, watermark: float = 0.0,
+           reserve: bool = True, allocator: str | None = None) -> V1Inputs:
     layout = CacheLayout(num_blocks=blocks, groups=tuple(CacheGroup(kind=FULL, block_size=block)
                                                          for _ in range(groups)))
-    sched = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=mnbt, max_model_len=1024,
+    sched = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=mnbt, max_model_len=mml,
                             enable_prefix_caching=caching, async_scheduling=async_, rules=rules,
-                            long_prefill_token_threshold=lpt)
-    return V1Inputs(requests=tuple(reqs), scheduler=sched, layout=layout, step_model=step)
+                            long_prefill_token_threshold=lpt, watermark=watermark, reserve_full_isl=reserve)
+    return V1Inputs(requests=tuple(reqs), scheduler=sched, layout=layout, step_model=step,
+                    allocator=allocator_spec(allocator) if allocator else None)
 
 
 def test_a_plain_decode_run_takes_quiet_stretches_and_changes_nothing():
@@ -96,3 +103,27 @@ def test_a_long_prompt_admitted_chunk_by_chunk_before_the_whole_sequence_gate():
         fast, slow = run(inp, True), run(inp, False)
         assert fast[2] > 0
         assert fast[0] == slow[0] and fast[1] == slow[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_quiet_stretches_hold_under_every_admission_rule_and_allocator(data):
+    # contiguous allocators (a region per request, no prefix caching), a watermark, no whole-sequence gate, and
+    # requests stopped by max_model_len rather than their output length
+    mml = data.draw(st.sampled_from([256, 1024]))
+    reqs = []
+    for i in range(data.draw(st.integers(1, 12))):
+        prompt = data.draw(st.integers(1, min(200, mml - 1)))
+        out = data.draw(st.integers(1, 400))  # past max_model_len at 256: stopped there
+        reqs.append(V1Request(id=str(i), prompt=((100 + i, prompt),), output=(200 + i, out),
+                              arrival_step=data.draw(st.integers(0, 300))))
+    allocator = data.draw(st.sampled_from([None, "contiguous-max", "contiguous-pow2", "contiguous-oracle"]))
+    watermark = 0.0 if allocator else data.draw(st.sampled_from([0.0, 0.05]))
+    rules = dataclasses.replace(newest(), watermark=True) if watermark else newest()
+    blocks = 1 + data.draw(st.integers(mml // 16 + 2, 4 * mml // 16))
+    inp = inputs(reqs, blocks=blocks, block=16, groups=1, caching=False, async_=data.draw(st.booleans()),
+                 rules=rules, seqs=data.draw(st.integers(1, 10)), mnbt=data.draw(st.sampled_from([16, 64, 512])),
+                 step=None, mml=mml, watermark=watermark, reserve=data.draw(st.booleans()), allocator=allocator)
+    fast, slow = run(inp, True), run(inp, False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]

@@ -78,7 +78,7 @@ def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPU
     report a card's total a little differently, e.g. 44.42 GiB for an L40S the catalog has at 44.52), else one of
     that size; and a note saying where the figure came from when the log gave it."""
     from kvplan.core.gpus import GPUSpec
-    from kvplan.io.gpus import closest_gpu_by_memory, get_gpu
+    from kvplan.io.gpus import closest_gpu_by_memory, get_gpu, gpu_catalog
 
     if gpu or gpu_memory:
         return get_gpu(gpu, memory=gpu_memory), None
@@ -89,8 +89,12 @@ def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPU
     said = f"the {total / GiB:.2f} GiB of GPU memory the log states{line}"
     match = closest_gpu_by_memory(total)
     if match is not None:
-        return match, (f"GPU {match.name} ({match.memory_bytes / GiB:.2f} GiB), the catalog GPU nearest {said}; "
-                       "pass --gpu to name another")
+        # cards of one size class report within a few tenths of a GiB of each other (H100 SXM 79.19, H100 PCIe 79.11,
+        # A100 80GB 79.26 GiB): name the others a driver's drift could make it, which differ in engine defaults
+        near = [g.name for g in gpu_catalog() if g is not match and abs(g.memory_bytes - total) <= 0.005 * total]
+        alike = f"; {', '.join(near)} report nearly the same" if near else ""
+        return match, (f"GPU {match.name} ({match.memory_bytes / GiB:.2f} GiB), the catalog GPU nearest {said}"
+                       f"{alike}; pass --gpu to name another")
     return (GPUSpec(name=f"{total / GiB:.2f} GiB as logged", memory_bytes=total, source="log"),
             f"GPU of {said}: no catalog GPU within 2% of it; pass --gpu to name one")
 

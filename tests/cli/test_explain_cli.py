@@ -291,3 +291,12 @@ def test_pipeline_stages_replay_from_the_rank_that_binds():
     assert rows["KV blocks"]["replayed_low"] <= 67_207 <= rows["KV blocks"]["replayed_high"]
     assert abs(rows["KV blocks"]["replayed"] - 67_207) <= 2  # the log's GiB to two decimals: a block or two
     assert any("65.63 GiB of KV memory" in n for n in out["notes"])
+
+
+def test_a_gpu_read_from_the_log_names_the_cards_of_the_same_size():
+    # 79.19 GiB (the log's "Free memory on device (77.76/79.19 GiB)"): the H100 SXM, and cards a driver's drift
+    # puts within 0.5% of it, whose engine defaults differ (A100s: smaller batch defaults)
+    r = runner.invoke(app, ["explain", str(PP2), "--json"])
+    out = json.loads(r.stdout)
+    assert out["gpu"] == "H100-80GB"
+    assert "A100-80GB" in out["gpu_source"] and "H100-PCIe" in out["gpu_source"]

@@ -13,6 +13,8 @@ class GPUSpec:
     bf16_dense_tflops: float | None = None
     fp8_dense_tflops: float | None = None
     vendor: str = ""
+    sm_count: int = 0  # streaming multiprocessors; 0: unknown (a GPU given by memory size)
+    compute_capability: float | None = None  # CUDA major.minor; None: unknown or not CUDA
     source: str = ""
     aliases: tuple[str, ...] = ()
 

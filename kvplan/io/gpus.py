@@ -22,7 +22,8 @@ def gpu_catalog() -> tuple[GPUSpec, ...]:
     return tuple(
         GPUSpec(name=g.name, memory_bytes=g.memory_bytes, hbm_bandwidth_bytes_per_s=g.hbm_bandwidth_bytes_per_s,
                 bf16_dense_tflops=g.bf16_dense_tflops, fp8_dense_tflops=g.fp8_dense_tflops, vendor=g.vendor,
-                source=g.memory_source, aliases=tuple(g.aliases))
+                sm_count=g.sm_count, compute_capability=g.compute_capability, source=g.memory_source,
+                aliases=tuple(g.aliases))
         for g in catalog.gpus
     )
 

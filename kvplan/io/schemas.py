@@ -38,6 +38,8 @@ class GPUEntry(BaseModel):
     name: str
     aliases: list[str] = []
     vendor: str
+    sm_count: int  # streaming multiprocessors (AMD: compute units)
+    compute_capability: float | None  # CUDA major.minor; None off CUDA
     memory_bytes: int
     memory_source: str
     hbm_bandwidth_bytes_per_s: int

@@ -152,7 +152,11 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     method = (quant or {}).get("quant_method") if isinstance(quant, dict) else None
     expert_fmt = None
     rule = None
-    if req.weight_dtype != "auto":
+    if req.weight_dtype in ("fp32", "fp16", "bf16"):
+        # vLLM's --dtype: the whole model in that dtype, embedding and LM head included (model_loader/utils.py::
+        # set_default_torch_dtype around the model's construction)
+        fmt = keep = get_weight_format(req.weight_dtype)
+    elif req.weight_dtype != "auto":
         fmt = get_weight_format(req.weight_dtype)
     elif method == "fp8" and spec.model_type == "deepseek_v4":
         # DeepSeek-V4's checkpoints store the routed experts in FP4 (E2M1 pairs packed in int8 with one UE8M0 scale

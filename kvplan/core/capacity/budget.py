@@ -116,7 +116,8 @@ class EngineBudget:
         """Each pipeline stage's GPU memory."""
         return [req.gpu.memory_bytes] * req.pp
 
-    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
+        """The activation peak of one GPU of a stage (the first and last stages differ under pipeline parallelism)."""
         raise NotImplementedError
 
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
@@ -192,7 +193,7 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
         c = Components(
             weights=_stage_weights(req, budget, start.weights, s),
             activation=given_or_estimate(req.activation_memory, "activation", estimated,
-                                         partial(budget.activation, req, setup, last)),
+                                         partial(budget.activation, req, setup, last, first_stage=s == 0)),
             non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,
                                         partial(budget.non_torch, req, setup)),
             cuda_graph=given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated,

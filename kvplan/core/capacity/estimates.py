@@ -30,6 +30,12 @@ SAMPLER_COPIES = 2
 # Non-torch memory after vLLM's init snapshot (0.6.5+ meaning: the increase during the profile run): 0.03-0.16
 # GiB at tp 1 (Table A: A2, A5, A6, A10, A11; the k8s H100 log 0.16), 0.20-0.30 GiB with NCCL (A1, A3, A4).
 NON_TORCH_TP1_BYTES = 160 * MiB
+# vLLM V1 on one GPU: the llm-d-planner logs (vLLM 0.19.0, H100 SXM, tp 1 pp 1, 38 starts of 20 models) count
+# 0.24-0.27 GiB (median 0.25; one outlier, granite-3.3-8b, 0.46), and the V1 0.21.0 point C6 (RTX A5000) implies
+# the same beside the source-derived activation (tests/core/capacity/test_estimates.py). The kernels V1 loads in its
+# profile run (torch.compile's Triton kernels, FlashAttention, the sampler's) are not counted by torch: an estimate,
+# the mean of the 37 (255 MiB), inside the band below.
+NON_TORCH_V1_TP1_BYTES = 255 * MiB
 NON_TORCH_MULTI_GPU_BYTES = 300 * MiB
 # vLLM V1 at tp >= 2 on NVSwitch boards of Hopper and later (H100 SXM, H200, H20, B200): the llm-d-planner logs
 # (vLLM 0.19.0, H100 SXM, 12 starts at tp 2 and 4 of 8 models: tests/fixtures/vllm_logs/llm-d-planner-v0.19.0,
@@ -84,12 +90,14 @@ def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp
     return forward + sampler
 
 
-def non_torch_bytes(tp: int, pp: int, *, nvswitch_all_reduce: bool = False) -> int:
+def non_torch_bytes(tp: int, pp: int, *, nvswitch_all_reduce: bool = False, v1: bool = False) -> int:
     """Non-torch memory one GPU's profile run adds; ``nvswitch_all_reduce``: vLLM V1's tensor-parallel all-reduce
-    on an NVSwitch board of Hopper and later (counted at tp >= 2)."""
+    on an NVSwitch board of Hopper and later (counted at tp >= 2); ``v1``: vLLM's V1 engine (one GPU)."""
     if nvswitch_all_reduce and tp >= 2:
         return NON_TORCH_NVSWITCH_TP_BYTES
-    return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_MULTI_GPU_BYTES
+    if tp * pp == 1:
+        return NON_TORCH_V1_TP1_BYTES if v1 else NON_TORCH_TP1_BYTES
+    return NON_TORCH_MULTI_GPU_BYTES
 
 
 CUDA_GRAPH_ERAS = {"v0": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V0, "v1": CUDA_GRAPH_BYTES_PER_SIZE_LAYER_HIDDEN_V1,

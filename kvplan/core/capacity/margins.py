@@ -7,7 +7,9 @@ names the measured figures (from a startup log, ``kvplan explain``) that would s
 The bands are the estimates' measured errors on the calibration points (docs/calibration-points.md),
 defined beside the estimates in kvplan/core/capacity/estimates.py. The activation band holds for dense
 models; MoE and MLA models fall outside it (DeepSeek-V3 AWQ: 1.48 GiB predicted, 0.37 logged), so their
-activation estimate gets a band wide enough to cover that miss.
+activation estimate gets a band wide enough to cover that miss. An engine whose activation is modelled from its
+source states its own band in the fit's settings (``activation_band``: vLLM V1, kvplan/core/engines/vllm/
+activation.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def shifted(req, result, direction: int):
     spec = req.spec
     sparse = (spec.arch is not None and spec.arch.moe is not None) or any(isinstance(x, MLALayer) for x in spec.layers)
     band = ACTIVATION_ERROR_FRAC_MOE_MLA if sparse else ACTIVATION_ERROR_FRAC
+    band = float(result.settings.get("activation_band", band))  # an engine's own band for its model of the peak
     if "activation" in result.estimated:
         changes["activation_memory"] = max(0, round(b.activation * (1 + direction * band)))
     if "non_torch" in result.estimated:

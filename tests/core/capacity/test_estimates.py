@@ -41,11 +41,22 @@ def test_activation_within_its_band(point, ref, tokens, seqs, tp, v1, logged):
 
 
 def test_activation_plus_non_torch_on_v1_0_21():
-    # C6 (LMCache#3430, vLLM 0.21.0, RTX A5000 23.99 GiB, Qwen3-8B): 23.99 x 0.9764 - weights 15.26 - CUDA-graph
-    # estimate 0.52 - KV 6.37 = 1.27 GiB of activation + non-torch; the LLM class's 8192 tokens, 256 sequences
+    # C6 (LMCache#3430, vLLM 0.21.0, RTX A5000 23.99 GiB: 64 SMs, compute capability 8.6; Qwen3-8B): 23.99 x 0.9764
+    # - weights 15.26 - CUDA-graph estimate 0.52 - KV 6.37 = 1.27 GiB of activation + non-torch; the LLM class's 8192
+    # tokens, 256 sequences. vLLM V1's source-derived profile run (kvplan/core/engines/vllm/activation.py) plus the V1
+    # non-torch estimate gives 1.06 GiB: 17% low, a miss no H100 start shows (the run also carries LMCache's
+    # connector). It stays inside the band kvplan states off Hopper, which the fit reports.
+    from kvplan.core.engines.vllm.activation import ACTIVATION_BAND_UNMEASURED, Sampler, profile_run
+    from kvplan.core.engines.vllm.budget import activation_band
+    from kvplan.core.gpus import GPUSpec
+
     residual = 23.99 * 0.9764 - 15.26 - 0.52 - 6.37
-    estimate = activation("qwen3-8b", 8192, 256, 1, True) + estimates.non_torch_bytes(1, 1)
-    assert abs(estimate / (residual * GiB) - 1) <= estimates.ACTIVATION_ERROR_FRAC
+    a5000 = GPUSpec(name="RTX-A5000", memory_bytes=round(23.99 * GiB), sm_count=64, compute_capability=8.6)
+    run = profile_run(model("qwen3-8b"), tokens=8192, max_num_seqs=256, tp=1, act_bytes=2, gpu=a5000,
+                      sampler=Sampler.TRITON, moe_workspace=True)
+    estimate = run.peak + estimates.non_torch_bytes(1, 1, v1=True)
+    assert -ACTIVATION_BAND_UNMEASURED <= estimate / (residual * GiB) - 1 < -0.10
+    assert activation_band(_profile("0.21.0").rules, False, a5000) == ACTIVATION_BAND_UNMEASURED
 
 
 @pytest.mark.parametrize("tp,logged", [(1, 0.16), (1, 0.16), (1, 0.03), (1, 0.03), (1, 0.04), (2, 0.30), (2, 0.25),
@@ -123,7 +134,7 @@ def _fit(gpu: str, tp: int, engine: str = "vllm==0.19.0"):
 
 def test_the_nvswitch_estimate_applies_where_its_logs_are():
     assert _fit("H100-80GB", 2).non_torch == _fit("H200", 4).non_torch == estimates.NON_TORCH_NVSWITCH_TP_BYTES
-    assert _fit("H100-80GB", 1).non_torch == estimates.NON_TORCH_TP1_BYTES  # no all-reduce
+    assert _fit("H100-80GB", 1).non_torch == estimates.NON_TORCH_V1_TP1_BYTES  # no all-reduce
     for gpu in ("H100-PCIe", "A100-80GB", "L40S"):  # no log of these at tp >= 2 says otherwise: the PCIe figure
         assert _fit(gpu, 2).non_torch == estimates.NON_TORCH_MULTI_GPU_BYTES, gpu
     assert _fit("H100-80GB", 2, "vllm==0.6.6").non_torch == estimates.NON_TORCH_MULTI_GPU_BYTES  # V0: not measured

@@ -114,7 +114,7 @@ class SGLangBudget(EngineBudget):
         engine, note = engine_for(req.spec, "sglang")  # NSA (sparse-attention) models: 64-token pages
         return engine, [note] if note else []
 
-    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
         return estimates.activation_peak_bytes(
             req.spec, tokens=req.max_num_batched_tokens or prefill_defaults(req.gpu.memory_bytes, req.tp)[0],
             max_num_seqs=req.max_num_seqs or 256, tp=req.tp,

@@ -64,7 +64,7 @@ class TRTLLMBudget(EngineBudget):
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         return (get_engine("trtllm", block_size=req.block_size) if req.block_size else get_engine("trtllm")), []
 
-    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
         # TensorRT-LLM's estimation run uses max_num_tokens (8192 by default, llm_args.py BaseLlmArgs); the
         # sampler rows are kvplan's assumption (256), not TensorRT-LLM's max_batch_size (2048).
         return estimates.activation_peak_bytes(

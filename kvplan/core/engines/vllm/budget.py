@@ -39,6 +39,9 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
+from kvplan.core.gpus import GPUSpec
+from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
+                                                profile_run)
 from kvplan.core.engines.vllm.profiles import (CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
@@ -53,6 +56,28 @@ def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: 
                         num_speculative_tokens=req.num_speculative_tokens, name=req.spec.name)
 
 
+
+
+def _act_bytes(req: FitRequest) -> int:
+    """The activation dtype's bytes: vLLM's --dtype where the request states a float format (the weights'), else
+    the model's dtype."""
+    if req.weight_dtype in ("fp32", "fp16", "bf16"):
+        return 4 if req.weight_dtype == "fp32" else 2
+    return resolve_kv_dtype(req.spec, "auto").vector_bytes(1)
+
+
+def _mxfp4_experts(req: FitRequest) -> bool:
+    """The routed experts are MXFP4 (gpt-oss): vLLM runs them in a kernel that keeps no fused-MoE workspace."""
+    quant = req.spec.raw_config.get("quantization_config")
+    return req.weight_dtype == "mxfp4" or (isinstance(quant, dict) and quant.get("quant_method") == "mxfp4")
+
+
+def activation_band(rules: VLLMRules, v2_runner: bool, gpu: GPUSpec) -> float:
+    """The activation estimate's error band: measured where real starts stand behind the release's sampler and
+    runner on the GPU's architecture (activation.py: Triton sampler, V1 runner, Hopper), wider where only the
+    source does (the 0.21.0 point C6 on an Ampere card sits 17% above the estimate)."""
+    measured = rules.sampler is Sampler.TRITON and not v2_runner and gpu.compute_capability == 9.0
+    return ACTIVATION_BAND_MEASURED if measured else ACTIVATION_BAND_UNMEASURED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,16 +228,21 @@ class VLLMBudget(EngineBudget):
     def stage_memory(self, req: FitRequest, setup: Setup) -> list[int]:
         return _rank_memory(req)
 
-    def activation(self, req: FitRequest, setup: Setup, last_stage: bool) -> int:
+    def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
         v: _Settings = setup.engine
-        return estimates.activation_peak_bytes(
-            req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
-            act_bytes=resolve_kv_dtype(req.spec, "auto").vector_bytes(1), last_stage=last_stage, sampler_run=v.rules.v1,
-            gathered_logits=v.rules.v1)
+        if not v.rules.v1:  # V0: the fitted estimate of its calibration points (estimates.py)
+            return estimates.activation_peak_bytes(
+                req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
+                act_bytes=_act_bytes(req), last_stage=last_stage, sampler_run=False)
+        return profile_run(req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
+                           act_bytes=_act_bytes(req), gpu=req.gpu, sampler=v.rules.sampler,
+                           moe_workspace=v.rules.moe_workspace, monolithic_moe=_mxfp4_experts(req),
+                           first_stage=first_stage, last_stage=last_stage).peak
 
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine
-        return estimates.non_torch_bytes(req.tp, req.pp, nvswitch_all_reduce=v.rules.v1 and req.gpu.nvswitch_hopper_class)
+        nvswitch = v.rules.v1 and req.gpu.nvswitch_hopper_class
+        return estimates.non_torch_bytes(req.tp, req.pp, nvswitch_all_reduce=nvswitch, v1=v.rules.v1)
 
     def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine
@@ -280,6 +310,7 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
         settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
                   "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
                   "cuda_graph_sizes": len(v.graphs),
+                  **({"activation_band": activation_band(rules, v.in_flight.v2_runner, req.gpu)} if rules.v1 else {}),
                   **({"async_scheduling": v.in_flight.async_scheduling, "max_in_flight_tokens": v.in_flight.tokens}
                      if windowed(layout, rules) else {})},
         notes=tuple(notes), usable_blocks=usable, logged_kv_cache_tokens=plan.logged_kv_cache_tokens,

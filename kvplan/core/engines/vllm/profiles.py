@@ -109,8 +109,12 @@ _table.at("0.8.0", ("the V1 engine is the default (vllm/envs.py VLLM_USE_V1 '1')
                     "(0.8.0: vllm/engine/arg_utils.py)",
                     "block sizes must be multiples of 16 on CUDA: 8 is refused at startup, 'Block size must be a "
                     "multiple of 16.' (0.8.0: vllm/v1/attention/backends/flash_attn.py::"
-                    "FlashAttentionBackend.get_kv_cache_shape)"),
-          v1=True, budget="device_used", capacity_log="blocks_x_block", capture="v1_512", batch_defaults="v1_0.8.0",
+                    "FlashAttentionBackend.get_kv_cache_shape)",
+                    "the profile run samples max_num_seqs dummy requests with top-k and top-p, sorting the vocabulary "
+                    "in PyTorch (0.8.0: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner._dummy_sampler_run, "
+                    "vllm/v1/sample/ops/topk_topp_sampler.py::apply_top_k_top_p)"),
+          v1=True, sampler="sort", budget="device_used", capacity_log="blocks_x_block", capture="v1_512",
+          batch_defaults="v1_0.8.0",
           block_sizes=_table.blocks(cuda_also=(), cuda_source=_V1_FLASH_ATTN))
 _table.at("0.8.4", ("max_num_seqs 1024 on H100/H200 only, else 256 (0.8.4: vllm/engine/arg_utils.py)",),
           batch_defaults="v1_0.8.4")
@@ -168,6 +172,9 @@ _table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/
                                     choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
                                     cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
                                                  "GPUModelRunner.select_common_block_size")))
+_table.at("0.13.0", ("the fused-MoE workspace stays allocated between layers and through the sampler run (0.13.0: "
+                     "vllm/v1/worker/workspace.py::WorkspaceManager, vllm/model_executor/layers/fused_moe/"
+                     "modular_kernel.py::_allocate_buffers)",), moe_workspace=True)
 _table.at("0.14.0", ("scheduler: async scheduling on by default, two batches in flight "
                      "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
                      "max_model_len = -1 fits the longest context the KV memory holds "
@@ -177,6 +184,9 @@ _table.at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculativ
                      "num_speculative_blocks with 'align' (prefix caching) "
                      "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
           mamba_cache_modes=True)
+_table.at("0.17.0", ("the profile run's top-k/top-p runs in Triton, in place, with a buffer of min(SMs, requests) rows "
+                     "of the vocabulary (0.17.0: vllm/v1/sample/ops/topk_topp_triton.py::apply_top_k_top_p_triton)",),
+          sampler="triton")
 _table.at("0.18.0", ("CUDA-graph memory is estimated and logged, but subtracted from the KV budget only with "
                      "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 "
                      "(0.18.0: gpu_model_runner.py::profile_cudagraph_memory, vllm/envs.py)",
@@ -400,7 +410,7 @@ def v0_variant(profile: EngineProfile) -> EngineProfile:
     scheduler = dataclasses.replace(profile.rules.scheduler, async_default=False, window_cap_in_flight=False)
     rules = dataclasses.replace(profile.rules, v1=False, budget="components", cuda_graphs="after_kv",
                                 capacity_log="num_blocks", capture="v0", batch_defaults="v0", hybrid_manager=False,
-                                scheduler=scheduler, block_sizes=blocks)
+                                scheduler=scheduler, block_sizes=blocks, sampler="none", moe_workspace=False)
     return dataclasses.replace(profile, rules=rules, display="vLLM (V0 engine)",
                                changes=(*profile.changes, "the V0 engine: V0's budget, CUDA graphs and log"))
 

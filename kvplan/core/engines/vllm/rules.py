@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from kvplan.core.engines.vllm.activation import Sampler
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, SchedulerRules
 from kvplan.core.spec import Layer, MLALayer
 
@@ -142,8 +143,8 @@ class PagePadding(str, Enum):
 
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
-          "batch_defaults": BatchDefaults, "mla_given_block": MlaGivenBlock, "model_runner": ModelRunner,
-          "page_padding": PagePadding}
+          "batch_defaults": BatchDefaults, "sampler": Sampler, "mla_given_block": MlaGivenBlock,
+          "model_runner": ModelRunner, "page_padding": PagePadding}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +184,9 @@ class VLLMRules:
     model_runner: ModelRunner = ModelRunner.V1
     v2_architectures: tuple[str, ...] = ()
     scheduler: SchedulerRules = V1_BASELINE  # the v1 scheduler and KV cache manager (scheduler_rules.py)
+    # The profile run's sampler and whether the fused-MoE workspace stays allocated (activation.py)
+    sampler: Sampler = Sampler.NONE
+    moe_workspace: bool = False
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it

@@ -12,6 +12,8 @@ Three methods name their modules, so a layer's attention, MLP and routed experts
 - ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / FP8_PER_CHANNEL_PER_TOKEN /
   FP8_PB_WO / NVFP4, ``exclude_modules`` (``ignore`` in the flat form).
 - ``fbgemm_fp8``: FP8 with a scale per output channel, ``modules_to_not_convert``.
+- ``gptq`` / ``awq`` (as vLLM's Marlin kernels hold them on CUDA) and ``bitsandbytes`` (4-bit nf4/fp4 with their
+  absmax, 8-bit): every Linear but the modules their config leaves out.
 
 Only Linear layers are quantized; embeddings, norms and the LM head (vLLM's ``ParallelLMHead`` is a
 ``VocabParallelEmbedding``, not a ``LinearBase``: ``compressed_tensors.py::CompressedTensorsConfig.
@@ -222,8 +224,81 @@ def _fbgemm_fp8(quant: dict[str, Any], hidden_size: int) -> QuantRule:
                           f"{len(ignore)} modules_to_not_convert in the model dtype")
 
 
-def quant_rule(quant: dict[str, Any] | None, *, model_bits: int, hidden_size: int) -> QuantRule | None:
-    """The rule for a compressed-tensors, ModelOpt or fbgemm_fp8 config; None for any other method."""
+def _group(value: Any, field: str, hidden_size: int) -> int:
+    """A group size; -1 (one scale per output channel) counted as one per ``hidden_size`` inputs."""
+    size = value if isinstance(value, int) and not isinstance(value, bool) else 128
+    if size == -1:
+        return hidden_size
+    if size < 1:
+        raise ConfigError(f"quantization_config.{field} must be a positive number of inputs or -1 (got {value!r})")
+    return size
+
+
+def _gptq(quant: dict[str, Any], model_bits: int, hidden_size: int) -> QuantRule:
+    # gptq_marlin.py::GPTQMarlinLinearMethod.create_weights: qweight int32 [in / (32 / bits), out], scales in the
+    # model dtype [in / group_size, out], qzeros int32 [in / group_size, out / (32 / bits)], g_idx int32 [in];
+    # process_weights_after_loading empties qzeros when sym (marlin_make_empty_g_idx) and g_idx without desc_act
+    # (a desc_act model keeps g_idx and its sort indices: 8 bytes per input row, not counted). GPTQMarlinMoEMethod
+    # quantizes the routed experts alike.
+    bits = _count(quant.get("bits"), "bits", 4)
+    group = _group(quant.get("group_size", 128), "group_size", hidden_size)
+    sym = quant.get("sym", True) is not False
+    fmt = _fmt(f"gptq int{bits} g{group}" + ("" if sym else " zero points"), bits, group, model_bits + (0 if sym else bits))
+    groups = ((("Linear",), fmt),)
+    ignore = _names(quant.get("modules_to_not_convert"), "modules_to_not_convert")
+    return QuantRule(method="gptq", groups=groups, expert_groups=groups, ignore=ignore,
+                     note=f"weights: GPTQ {bits}-bit, a scale{'' if sym else ' and a zero point'} per {group} inputs "
+                          "(quantization_config), embeddings, norms and LM head in the model dtype")
+
+
+def _awq(quant: dict[str, Any], model_bits: int, hidden_size: int) -> QuantRule:
+    # awq_marlin.py::AWQMarlinLinearMethod.create_weights: qweight int32 [in, out / (32 / bits)], qzeros int32
+    # [in / group_size, out / (32 / bits)] (converted to marlin's zero points, the same size), scales in the model
+    # dtype [in / group_size, out]; AWQMarlinMoEMethod quantizes the routed experts alike. Without zero_point
+    # (AWQConfig) no qzeros.
+    bits = _count(quant.get("bits", quant.get("w_bit")), "bits", 4)
+    group = _group(quant.get("group_size", quant.get("q_group_size", 128)), "group_size", hidden_size)
+    zeros = quant.get("zero_point", True) is not False
+    fmt = _fmt(f"awq int{bits} g{group}", bits, group, model_bits + (bits if zeros else 0))
+    groups = ((("Linear",), fmt),)
+    ignore = _names(quant.get("modules_to_not_convert"), "modules_to_not_convert")
+    return QuantRule(method="awq", groups=groups, expert_groups=groups, ignore=ignore,
+                     note=f"weights: AWQ {bits}-bit, a scale{' and a zero point' if zeros else ''} per {group} inputs "
+                          f"(quantization_config), {len(ignore)} modules_to_not_convert, embeddings, norms and LM head "
+                          "in the model dtype")
+
+
+BNB_BLOCK = 64  # bitsandbytes 4-bit: one absmax per 64 values (blocksize of quantize_4bit)
+BNB_NESTED_BLOCK = 256  # double quantization: the absmax values quantized to 8 bits in blocks of 256
+
+
+def _bitsandbytes(quant: dict[str, Any], hidden_size: int, absmax_fp32: bool) -> QuantRule:
+    # bitsandbytes.py::BitsAndBytesLinearMethod.create_weights (a pre-quantized checkpoint): 4-bit weights packed
+    # two to a uint8, each module's QuantState beside them: an absmax per 64 values, fp32, or with
+    # bnb_4bit_use_double_quant (nested) a uint8 absmax per 64 and an fp32 one per 256 of those, until vLLM
+    # dequantizes them to fp32 at load (``absmax_fp32``: model_loader/bitsandbytes_loader.py::_dequantize_dq,
+    # 0.10.0-0.27.x); 8-bit: int8 weights and an fp32 scale per output row (SCB). Modules in
+    # llm_int8_skip_modules stay in the model dtype; BitsAndBytesMoEMethod quantizes the routed experts.
+    ignore = _names(quant.get("llm_int8_skip_modules"), "llm_int8_skip_modules")
+    if quant.get("load_in_8bit") is True and quant.get("load_in_4bit") is not True:
+        fmt, what = _fmt("bnb int8", 8, hidden_size, 32), "8-bit, an fp32 scale per output row"
+    else:
+        kind = str(quant.get("bnb_4bit_quant_type") or "fp4")
+        if quant.get("bnb_4bit_use_double_quant") is True and not absmax_fp32:
+            per = BNB_BLOCK * BNB_NESTED_BLOCK
+            fmt, what = _fmt(f"bnb {kind}", 4, per, BNB_NESTED_BLOCK * 8 + 32), f"4-bit {kind}, double-quantized absmax"
+        else:
+            fmt, what = _fmt(f"bnb {kind}", 4, BNB_BLOCK, 32), f"4-bit {kind}, an fp32 absmax per {BNB_BLOCK} values"
+    groups = ((("Linear",), fmt),)
+    return QuantRule(method="bitsandbytes", groups=groups, expert_groups=groups, ignore=ignore,
+                     note=f"weights: bitsandbytes {what} (quantization_config), {len(ignore)} llm_int8_skip_modules, "
+                          "embeddings, norms and LM head in the model dtype")
+
+
+def quant_rule(quant: dict[str, Any] | None, *, model_bits: int, hidden_size: int,
+               bnb_absmax_fp32: bool = False) -> QuantRule | None:
+    """The rule for a compressed-tensors, ModelOpt, fbgemm_fp8, GPTQ, AWQ or bitsandbytes config; None for any
+    other method. ``bnb_absmax_fp32``: the engine dequantizes double-quantized bitsandbytes scales at load."""
     if not isinstance(quant, dict):
         return None
     method = quant.get("quant_method")
@@ -233,4 +308,10 @@ def quant_rule(quant: dict[str, Any] | None, *, model_bits: int, hidden_size: in
         return _modelopt(quant, hidden_size)
     if method == "fbgemm_fp8":
         return _fbgemm_fp8(quant, hidden_size)
+    if method == "gptq":
+        return _gptq(quant, model_bits, hidden_size)
+    if method == "awq":
+        return _awq(quant, model_bits, hidden_size)
+    if method == "bitsandbytes":
+        return _bitsandbytes(quant, hidden_size, bnb_absmax_fp32)
     return None

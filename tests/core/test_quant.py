@@ -1,4 +1,5 @@
-"""Weights of compressed-tensors, ModelOpt and fbgemm_fp8 checkpoints, counted by hand on a tiny Llama.
+"""Weights of compressed-tensors, ModelOpt, fbgemm_fp8, GPTQ, AWQ and bitsandbytes checkpoints, counted by hand on a
+tiny Llama.
 
 The tiny model (bf16): hidden 64, intermediate 128, 2 layers, 4 query heads / 2 KV heads of 16, vocab 100, untied.
 Per layer: attention q 64x64 + k 64x32 + v 64x32 + o 64x64 = 12,288; MLP 3 x 64 x 128 = 24,576; 2 norms x 64.
@@ -8,12 +9,17 @@ Linear parameters: 2 x (12,288 + 24,576) = 73,728. Kept in bf16: norms 2 x 128 +
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvplan.core.capacity.common import FitRequest, model_weights
 from kvplan.core.gpus import GPUSpec
 from kvplan.io.hf_config import spec_from_hf_config
 from kvplan.io.models import load_model
+
+CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
+LOGS = Path(__file__).parent.parent / "fixtures" / "vllm_logs"
 
 KEPT = 26_240
 TINY = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
@@ -100,7 +106,7 @@ def test_a_part_is_left_out_only_when_all_its_modules_are():
 def test_notes_name_the_scheme_and_unknown_methods_stay_in_the_model_dtype():
     _, notes = weights(ct(FP8_CHANNEL))
     assert any("compressed-tensors float8 channel" in n for n in notes)
-    assert weights({"quant_method": "bitsandbytes", "load_in_4bit": True})[0] == 2 * 73_728 + KEPT
+    assert weights({"quant_method": "hqq", "nbits": 4})[0] == 2 * 73_728 + KEPT
     assert weights({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"})[0] == 2 * 73_728 + KEPT
 
 
@@ -141,3 +147,73 @@ def test_one_module_named_as_a_string_is_that_module_not_its_letters():
     as_list = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}
     assert weights({**as_list, "exclude_modules": "lm_head"}) == weights(as_list)
     assert weights(as_list)[0] == 73_728 + KEPT  # fp8 per tensor, the LM head in the model dtype
+
+
+def _vllm(version: str):
+    from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
+    from kvplan.core.profiles import Version
+
+    return next(p for p in VLLM_PROFILES if p.covers(Version.parse(version)))
+
+
+def release_weights(quant: dict, version: str) -> int:
+    spec = spec_from_hf_config({**TINY, "quantization_config": quant}, name="tiny", origin="test")
+    req = FitRequest(spec=spec, gpu=GPUSpec(name="x", memory_bytes=1 << 40), engine="vllm", profile=_vllm(version))
+    return model_weights(req)[0].per_gpu_bytes
+
+
+@pytest.mark.parametrize("quant,expected", [
+    # GPTQ 4-bit, group 128, sym (gptq_marlin: qzeros emptied after loading): 36,864 bytes + 576 bf16 scales
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}, 36_864 + 1_152 + KEPT),
+    # asymmetric: a 4-bit zero point beside each scale, 576 x 20 bits = 1,440 bytes
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": False}, 36_864 + 1_440 + KEPT),
+    # 8-bit, group -1: one scale per output channel, counted one per 64 (hidden_size) inputs: 1,152 x 2 bytes
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": True}, 73_728 + 2_304 + KEPT),
+    # AWQ 4-bit, group 128 with zero points (awq_marlin): as GPTQ asymmetric
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, 36_864 + 1_440 + KEPT),
+    # AutoAWQ's older keys (w_bit, q_group_size) and the modules it leaves out: layer 0's MLP in bf16 (49,152 bytes
+    # of its 24,576 parameters); the other 49,152 at 4 bits + 384 groups x 20 bits
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True,
+      "modules_to_not_convert": [f"model.layers.0.mlp.{p}_proj" for p in ("gate", "up", "down")]},
+     24_576 + 960 + 24_576 * 2 + KEPT),
+    # bitsandbytes 8-bit: int8 and an fp32 scale per output row (counted one per 64 inputs): 73,728 + 4,608
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, 73_728 + 4_608 + KEPT),
+    # bitsandbytes 4-bit nf4 without double quantization: an fp32 absmax per 64 values: 1,152 x 4 bytes
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, 36_864 + 4_608 + KEPT),
+])
+def test_gptq_awq_bitsandbytes_by_hand(quant, expected):
+    assert release_weights(quant, "0.19.0") == expected
+
+
+def test_double_quantized_bitsandbytes_follows_the_release():
+    nested = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+              "bnb_4bit_use_double_quant": True}
+    # kept as loaded (up to 0.9.x): a uint8 absmax per 64 values and an fp32 one per 256 of them: per 16,384 values
+    # 256 + 4 bytes, ceil(73,728 / 16,384) = 5 blocks: 1,300 bytes
+    assert release_weights(nested, "0.9.2") == 36_864 + 5 * 260 + KEPT
+    # 0.10.0-0.27.x dequantize the absmax to fp32 at load (_dequantize_dq): as without double quantization
+    assert release_weights(nested, "0.10.0") == release_weights(nested, "0.27.0") == 36_864 + 4_608 + KEPT
+
+
+def test_bitsandbytes_is_refused_from_0_28():
+    from kvplan.app.fit import fit_model
+    from kvplan.errors import KvplanError
+
+    path = CONFIGS / "qwen2.5-7b-bnb-4bit.json"
+    with pytest.raises(KvplanError, match="0.28.0 removed"):
+        fit_model(str(path), gpu_memory="8GiB", engine="vllm==0.28.0", max_model_len=4096)
+
+
+def test_a_bitsandbytes_start_of_vllm_0_7_3():
+    # vllm#13882 (tests/fixtures/vllm_logs/v0_7_3_qwen25_7b_bnb4_rtx4060.log): Qwen2.5-7B-Instruct bnb-4bit on an RTX
+    # 4060, vLLM 0.7.3 (V0): "model weights take 5.20GiB". Double-quantized nf4 kept as loaded: 5.17 GiB (the RoPE
+    # cos/sin cache and rounding are the rest); with the absmax in fp32, as 0.10.0 on loads it, 5.45 GiB
+    from kvplan.app.fit import fit_model
+    from kvplan.io.vllm_log import read_vllm_log
+
+    log = read_vllm_log(LOGS / "v0_7_3_qwen25_7b_bnb4_rtx4060.log")
+    path = str(CONFIGS / "qwen2.5-7b-bnb-4bit.json")
+    old = fit_model(path, gpu_memory="8GiB", engine="vllm==0.7.3", max_model_len=4096).result.breakdown.weights
+    new = fit_model(path, gpu_memory="8GiB", engine="vllm==0.19.0", max_model_len=4096).result.breakdown.weights
+    assert abs(old / log.weights_bytes - 1) < 0.01
+    assert new / log.weights_bytes - 1 > 0.04

@@ -170,11 +170,11 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     elif method == "mxfp4":
         fmt, expert_fmt = keep, get_weight_format("mxfp4")
         notes.append("weights: routed experts are MXFP4 (quantization_config), the rest in the model dtype")
-    elif method in ("awq", "gptq"):
-        fmt = get_weight_format("int4-g128")
-    elif (rule := quant_rule(quant, model_bits=keep.bits, hidden_size=spec.arch.hidden_size)) is not None:
-        # compressed-tensors, ModelOpt, fbgemm_fp8: a format per layer part (part_fmt), the modules they leave
-        # out kept; fmt only names the weights in the report
+    elif (rule := quant_rule(quant, model_bits=keep.bits, hidden_size=spec.arch.hidden_size,
+                             bnb_absmax_fp32=getattr(req.engine_profile().rules, "bnb_absmax_fp32", False))) is not None:
+        # compressed-tensors, ModelOpt, fbgemm_fp8, GPTQ, AWQ, bitsandbytes: a format per layer part (part_fmt),
+        # the modules they leave out kept; fmt only names the weights in the report. bnb_absmax_fp32 is a vLLM
+        # release's rule (VLLMRules.bnb_absmax_fp32); other engines keep the checkpoint's scales.
         fmt = rule.groups[0][1]
         notes.append(rule.note)
     else:

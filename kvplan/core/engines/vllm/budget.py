@@ -42,7 +42,7 @@ from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
                                                 profile_run)
-from kvplan.core.engines.vllm.profiles import (CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
+from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
 from kvplan.errors import InputError
@@ -190,6 +190,12 @@ class VLLMBudget(EngineBudget):
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         rules: VLLMRules = profile.rules
+        quant = req.spec.raw_config.get("quantization_config")
+        if (rules.bitsandbytes is Bitsandbytes.REMOVED and req.weight_dtype == "auto" and isinstance(quant, dict)
+                and quant.get("quant_method") == "bitsandbytes"):
+            raise InputError(f"vLLM {profile.version} does not load bitsandbytes checkpoints ({req.spec.name}): 0.28.0 "
+                             "removed the method; plan with --engine vllm==0.27.0, or serve a GPTQ, AWQ or "
+                             "compressed-tensors checkpoint")
         block_size = resolve_block_size(rules, req.spec.layers, req.block_size, req.attention_backend)
         kv_dtype = resolve_kv_dtype(req.spec, req.kv_dtype)
         check_layout_dtype(rules, kv_dtype, profile.version)

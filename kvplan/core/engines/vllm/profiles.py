@@ -12,6 +12,7 @@ import dataclasses
 
 from kvplan.core.engines.vllm.rules import (  # noqa: F401  (imported from here: the rules' types and their values)
     BatchDefaults,
+    Bitsandbytes,
     BlockSizeRule,
     Budget,
     CapacityLog,
@@ -141,7 +142,10 @@ _table.at("0.9.1", ("the budget is total x util, refused at startup when free me
                     "(0.9.1: kv_cache_utils.py::get_max_concurrency_for_kv_cache_config)"),
           budget="components", hybrid_manager=True)
 _table.at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
-                     "(0.10.0: vllm/config.py::SchedulerConfig.__post_init__)",), capture="v1_2x_seqs")
+                     "(0.10.0: vllm/config.py::SchedulerConfig.__post_init__)",
+                     "a double-quantized bitsandbytes checkpoint's absmax is dequantized to fp32 at load: 4.5 bits a "
+                     "weight (0.10.0: vllm/model_executor/model_loader/bitsandbytes_loader.py::_dequantize_dq)"),
+          capture="v1_2x_seqs", bitsandbytes="absmax fp32")
 _table.at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
           kv_cache_memory_bytes=True)
 _table.at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
@@ -273,12 +277,14 @@ _table.at("0.27.0", ("the budget charges memory consumed by the profile run (fre
           budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"))
 _table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
                      "(0.28.0: vllm/engine/arg_utils.py)",
+                     "bitsandbytes checkpoints no longer load: vllm/model_executor/layers/quantization/bitsandbytes.py "
+                     "and model_loader/bitsandbytes_loader.py are gone (0.28.0)",
                      "scheduler: prefix caching is on by default for hybrid Mamba/linear-attention models, Mamba "
                      "cache mode align (0.28.0: vllm/engine/arg_utils.py::"
                      "_set_default_chunked_prefill_and_prefix_caching_args); kvplan does not model align mode",
                      "the V2 model runner's list adds DeepseekV4ForCausalLM on CUDA (0.28.0: "
                      "vllm/config/vllm.py::default_v2_model_runner_architectures)"),
-          batch_defaults="v1_0.28", scheduler=_table.sched("0.28.0", hybrid_prefix_caching_default=True),
+          batch_defaults="v1_0.28", bitsandbytes="removed", scheduler=_table.sched("0.28.0", hybrid_prefix_caching_default=True),
           v2_architectures=(*_table.rules.v2_architectures, "DeepseekV4ForCausalLM"))
 _table.at("0.29.0", ("the fit check and the max-model-len search leave one block for the null block "
                      "(0.29.0: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory)",

@@ -111,6 +111,14 @@ class MlaGivenBlock(str, Enum):
     UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
 
 
+class Bitsandbytes(str, Enum):
+    """How a release loads a pre-quantized bitsandbytes checkpoint."""
+
+    NESTED_KEPT = "nested kept"  # double-quantized absmax kept as loaded (uint8 per 64, fp32 per 256 of those)
+    ABSMAX_FP32 = "absmax fp32"  # dequantized to fp32 at load (0.10.0: bitsandbytes_loader.py::_dequantize_dq)
+    REMOVED = "removed"  # 0.28.0: bitsandbytes quantization and its loader are gone
+
+
 class ModelRunner(str, Enum):
     """Which GPU model runner a release picks on CUDA when VLLM_USE_V2_MODEL_RUNNER is not set
     (vllm/config/vllm.py::VllmConfig.use_v2_model_runner). It moves the batches in flight: with async scheduling
@@ -143,7 +151,7 @@ class PagePadding(str, Enum):
 
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
-          "batch_defaults": BatchDefaults, "sampler": Sampler, "mla_given_block": MlaGivenBlock,
+          "batch_defaults": BatchDefaults, "sampler": Sampler, "bitsandbytes": Bitsandbytes, "mla_given_block": MlaGivenBlock,
           "model_runner": ModelRunner, "page_padding": PagePadding}
 
 
@@ -187,6 +195,7 @@ class VLLMRules:
     # The profile run's sampler and whether the fused-MoE workspace stays allocated (activation.py)
     sampler: Sampler = Sampler.NONE
     moe_workspace: bool = False
+    bitsandbytes: Bitsandbytes = Bitsandbytes.NESTED_KEPT
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it
@@ -200,6 +209,11 @@ class VLLMRules:
     def __post_init__(self) -> None:
         for name, kind in _ENUMS.items():  # the table names them; a misspelt one fails here, at import
             object.__setattr__(self, name, kind(getattr(self, name)))
+
+    @property
+    def bnb_absmax_fp32(self) -> bool:
+        """Double-quantized bitsandbytes scales are dequantized to fp32 at load (kvplan.core.quant)."""
+        return self.bitsandbytes is Bitsandbytes.ABSMAX_FP32
 
     @property
     def async_default(self) -> bool:

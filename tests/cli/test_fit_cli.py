@@ -93,6 +93,9 @@ def test_gpus_catalog():
     assert need <= set(names)
     assert all(g["source"] and g["memory_bytes"] > 10 * GiB for g in names.values())
     assert 79 * GiB < names["H100-80GB"]["memory_bytes"] < 80 * GiB  # driver-reported, not the marketing 80 GB
+    # what vLLM's profile-run model reads: H100 SXM's 132 SMs and Hopper's capability; MI300X is not CUDA
+    assert (names["H100-80GB"]["sm_count"], names["H100-80GB"]["compute_capability"]) == (132, 9.0)
+    assert names["MI300X"]["compute_capability"] is None and all(g["sm_count"] > 0 for g in names.values())
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

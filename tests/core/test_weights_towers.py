@@ -71,3 +71,12 @@ def test_the_tower_is_split_over_tp_and_held_by_every_pipeline_stage():
     # pp 2: no pipeline-stage guard around the tower (mllama4.py::Llama4ForConditionalGeneration): on both stages
     with_tower, without = per_stage(spec.arch, 1, 2), per_stage(bare, 1, 2)
     assert [a - b for a, b in zip(with_tower, without)] == [2 * tower.params] * 2
+
+
+def test_fit_notes_the_tower_kept_in_the_model_dtype_beside_a_quantized_decoder():
+    from kvplan.app.fit import fit_model
+
+    report = fit_model("tests/fixtures/configs/mistral-small-3.1-24b.json", gpu="H100-80GB", tp=2, weight_dtype="int8",
+                       engine="vllm==0.19.0")
+    notes = report.result.notes
+    assert any("vision tower and projector (0.44B) are counted in the model dtype (bf16)" in n for n in notes), notes

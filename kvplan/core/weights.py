@@ -96,6 +96,11 @@ class ParamCounts:
         return (self.embedding + self.lm_head + sum(self.layers_split) + sum(self.layers_experts)
                 + sum(self.layers_whole) + self.final_norm + self.extra + self.tower_split + self.tower_whole)
 
+    @property
+    def language_model(self) -> int:
+        """Parameters less the vision tower and projector (what model cards of multimodal models quote)."""
+        return self.total - self.tower_split - self.tower_whole
+
     def active(self, moe: MoEShape | None) -> int:
         """Parameters one token touches (routed experts scaled to experts_per_token)."""
         if moe is None:

@@ -1,7 +1,7 @@
 """The vision encoder and multimodal projector of a multimodal config.json, counted module by module as vLLM
 0.19.0 builds them (``vllm/model_executor/models/``; file::class at each rule).
 
-Three families are read, by the outer config's ``model_type``:
+Four families are read, by the outer config's ``model_type``:
 
 - ``gemma3``: SigLIP (``siglip.py::SiglipVisionModel``, no pooling head, post-layernorm kept) and
   ``gemma3_mm.py::Gemma3MultiModalProjector``.
@@ -11,6 +11,8 @@ Three families are read, by the outer config's ``model_type``:
   ``mistral3.py::Mistral3MultiModalProjector``. A mistral-format checkpoint (params.json) loads as
   ``pixtral.py::PixtralForConditionalGeneration`` with the same modules in plain ``nn.Linear`` (held whole by
   every rank: the same count at tp 1, more per GPU above it).
+- ``qwen3_5`` / ``qwen3_5_moe``: ``qwen3_vl.py::Qwen3_VisionTransformer`` with its patch merger, as
+  ``qwen3_5.py::Qwen3_5ForConditionalGeneration`` / ``Qwen3_5MoeForConditionalGeneration`` build it.
 
 Tensor parallelism (``mm_encoder_tp_mode`` "weights", vLLM's default, ``config/multimodal.py``): a
 QKV/Column/MergedColumnParallelLinear splits its weight and bias over the ranks, a RowParallelLinear its
@@ -157,6 +159,43 @@ def _pixtral_mistral3(v: _Cfg, top: _Cfg, text_hidden: int) -> TowerShape:
                    "vLLM 0.19.0 pixtral.py::PixtralHFVisionModel, mistral3.py::Mistral3MultiModalProjector")
 
 
+def _qwen3_vision(v: _Cfg, text_hidden: int) -> TowerShape:
+    # transformers' Qwen3_5VisionConfig (and Qwen3_5MoeVisionConfig) defaults for absent keys; vLLM's own
+    # config classes (transformers_utils/configs/qwen3_5.py) default num_position_embeddings to 2304 too
+    d = v.int("hidden_size", default=1152)
+    inter = v.int("intermediate_size", default=4304)
+    depth = v.int("depth", default=27)
+    channels = v.int("in_channels", default=3)
+    patch, frames = v.int("patch_size", default=16), v.int("temporal_patch_size", default=2)
+    positions = v.int("num_position_embeddings", default=2304)
+    merge = v.int("spatial_merge_size", default=2)
+    out = v.int("out_hidden_size", default=text_hidden)
+    # Qwen3-VL's deepstack mergers: Qwen3_VisionTransformer builds one per deepstack_visual_indexes entry, and
+    # Qwen3.5's configs have none
+    deepstack = len(v.int_list("deepstack_visual_indexes", maximum=1 << 10))
+    p = _Params()
+    # qwen3_vl.py::Qwen3_VisionPatchEmbed: Conv3dLayer (temporal x spatial patch, bias); pos_embed nn.Embedding
+    p.whole += channels * frames * patch * patch * d + d + positions * d
+    for _ in range(depth):
+        # Qwen3_VisionBlock: norm1/norm2 LayerNorm; qwen2_5_vl.py::Qwen2_5_VisionAttention: qkv QKVParallelLinear
+        # (bias), proj RowParallelLinear (bias, its default); Qwen3_VisionMLP(bias=True): linear_fc1 Column,
+        # linear_fc2 Row
+        p.whole += 2 * 2 * d
+        p.column(d, 3 * d, bias=True)
+        p.row(d, d, bias=True)
+        p.column(d, inter, bias=True)
+        p.row(inter, d, bias=True)
+    merged = d * merge * merge
+    for postshuffle in [False] + [True] * deepstack:
+        # Qwen3_VisionPatchMerger: norm LayerNorm (over the merged width when use_postshuffle_norm),
+        # linear_fc1 Column and linear_fc2 Row, with bias
+        p.whole += 2 * (merged if postshuffle else d)
+        p.column(merged, merged, bias=True)
+        p.row(merged, out, bias=True)
+    return p.shape("Qwen3 vision transformer + patch merger",
+                   "vLLM 0.19.0 qwen3_vl.py::Qwen3_VisionTransformer (qwen3_5.py::Qwen3_5ForConditionalGeneration)")
+
+
 def tower_shape(raw: dict[str, Any], *, text_hidden: int, origin: str, notes: list[str]) -> TowerShape | None:
     """The vision tower and projector of a multimodal config (one with a ``vision_config``), None where
     kvplan does not model the family (noted)."""
@@ -172,6 +211,8 @@ def tower_shape(raw: dict[str, Any], *, text_hidden: int, origin: str, notes: li
         tower = _llama4(v, text_hidden)
     elif outer == "mistral3":
         tower = _pixtral_mistral3(v, top, text_hidden)
+    elif outer in ("qwen3_5", "qwen3_5_moe"):
+        tower = _qwen3_vision(v, text_hidden)
     else:
         kind = v.str("model_type") or "its vision_config"
         notes.append(f"the vision tower ({kind}) of model_type {outer or '(none)'!r} is not modelled: its weights are "

@@ -42,8 +42,8 @@ GPU = "H100-80GB"  # every run: nvidia.com/gpu.product NVIDIA-H100-80GB-HBM3 (sw
 ENGINE = "vllm==0.19.0"
 VLLM_DEFAULT_UTILIZATION = 0.9  # vllm/config/cache.py gpu_memory_utilization default
 
-# Checkpoints kvplan has no config for but the repository does: Mistral-Small-3.1's text config (its
-# source is in the file), which kvplan reads as a config.json path.
+# Checkpoints kvplan has no config for but the repository does: Mistral-Small-3.1's config (text model, Pixtral
+# vision tower and projector keys; its source is in the file), which kvplan reads as a config.json path.
 CONFIG_PATHS = {"mistral-small-3.1-24b-instruct-2503": REPO / "tests/fixtures/configs/mistral-small-3.1-24b.json"}
 # The weight format a quantized checkpoint's name states (RedHatAI's llm-compressor naming: w8a8 = int8
 # weights per channel, w4a16 = int4 weights in groups of 128, fp8-dynamic = fp8 weights), as kvplan's

@@ -89,9 +89,11 @@ def _read_by_family_module(model: dict) -> bool:
 def _params(model: dict) -> str:
     if model["params"] is None:
         return "parameters not counted"
-    text = f"{model['params'] / 1e9:,.2f}B parameters"
+    # the published figures are language models' (the cited sources say so): a counted vision tower is left out
+    lm = model["language_model_params"]
+    text = f"{lm / 1e9:,.2f}B {'language-model ' if lm != model['params'] else ''}parameters"
     if model["published"]:
-        text += f" ({100 * (model['params'] / model['published']['params'] - 1):+.2f}%)"
+        text += f" ({100 * (lm / model['published']['params'] - 1):+.2f}%)"
     return text
 
 

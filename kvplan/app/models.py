@@ -31,6 +31,7 @@ class BundledModel:
     source: str
     model_type: str
     params: int | None  # parameters as `fit` counts them (None: the config gives no architecture)
+    language_model_params: int | None  # less the vision tower and projector (kvplan.io.towers)
     published: dict[str, Any] | None  # the published figure the bundled file cites
 
 
@@ -52,13 +53,15 @@ def bundled_models() -> tuple[BundledModel, ...]:
     for entry in bundled_index().values():
         spec = load_bundled(entry)
         dtype = get_dtype(spec.dtype)
+        counts = count_params(spec, spec.arch) if spec.arch else None
         rows.append(BundledModel(
             name=spec.name, aliases=tuple(entry.aliases), layers=spec.num_layers,
             attention=", ".join(f"{n} {k.value}" for k, n in spec.kind_counts().items()), dtype=spec.dtype,
             max_model_len=spec.max_model_len,
             bytes_per_token=sum(layer_token_bytes(layer, ideal, dtype) for layer in spec.layers),
             source=entry.source, model_type=spec.model_type,
-            params=count_params(spec, spec.arch).total if spec.arch else None, published=bundled_published(entry)))
+            params=counts.total if counts else None, language_model_params=counts.language_model if counts else None,
+            published=bundled_published(entry)))
     return tuple(rows)
 
 

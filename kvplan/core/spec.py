@@ -265,6 +265,26 @@ class MoEShape:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TowerShape:
+    """A multimodal model's vision encoder and projector, as the engine builds them beside the language model.
+
+    Counted by kvplan.io.towers from ``vision_config`` and the projector keys, module by module as vLLM builds
+    them. ``split_params`` sit in tensor-parallel linears (QKV/Column/RowParallelLinear) that divide their
+    weights over the TP ranks; ``whole_params`` (plain nn.Linear, nn.Parameter, norms, a RowParallelLinear's
+    bias) are held by every rank. Stored in the model dtype (kvplan.core.weights.weight_bytes says why).
+    """
+
+    name: str  # the tower and projector, as vLLM's classes name them
+    split_params: int
+    whole_params: int
+    source: str  # the vLLM files and classes the count follows
+
+    @property
+    def params(self) -> int:
+        return self.split_params + self.whole_params
+
+
+@dataclass(frozen=True, kw_only=True)
 class ArchShape:
     """What a parameter count needs beyond the cached layers."""
 
@@ -301,6 +321,9 @@ class ArchShape:
     # router columns, DeepSeek-V4's whole token mixer and hyper-connections (kvplan.io.families.mla).
     layer_extra_params: tuple[tuple[int, int], ...] = ()
     mlp_layers: tuple[bool, ...] = ()  # per layer: has the dense MLP (when not MoE); empty: every layer has one
+    # The vision encoder and multimodal projector (None: a text-only model, or a tower kvplan does not model,
+    # which the spec's notes name)
+    tower: TowerShape | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,17 @@ Under tensor parallelism every projection, expert and the vocabulary are split o
 routers and MLA's down-projections (``q_a_proj``, ``kv_a_proj_with_mqa``, replicated linears in vLLM)
 are held whole by every rank. Under pipeline parallelism the embedding sits on the first stage and
 the LM head on the last (vLLM ``get_pp_indices`` for the layers).
+
+A multimodal model's vision encoder and projector (``ArchShape.tower``, counted by kvplan.io.towers) sit on
+every GPU: vLLM 0.19.0 builds them in the ``*ForConditionalGeneration`` constructor with no pipeline-stage
+guard (``gemma3_mm.py::Gemma3ForConditionalGeneration``, ``mllama4.py::Llama4ForConditionalGeneration``,
+``mistral3.py::Mistral3ForConditionalGeneration``), so each stage holds one copy; their tensor-parallel
+linears divide over the TP ranks (``mm_encoder_tp_mode`` "weights", the default; "data" would replicate
+them, and kvplan's fit does not take that flag). They are stored in the model dtype even when the decoder is
+quantized: Llama 4 builds them with ``quant_config=None`` (``Llama4ForConditionalGeneration.__init__``),
+Pixtral's mistral-format encoder is plain ``nn.Linear`` (``pixtral.py::VisionTransformer``), and the
+quantized Mistral-Small-3.1 checkpoint in the llm-d-planner logs leaves its tower unquantized (its
+"Model loading took" exceeds the int8 decoder by the bf16 tower, as the bf16 checkpoint's does).
 """
 
 from __future__ import annotations
@@ -77,11 +88,18 @@ class ParamCounts:
     layers_whole: tuple[int, ...]  # norms, routers, replicated down-projections
     final_norm: int
     extra: int
+    tower_split: int = 0  # vision encoder and projector: split over TP
+    tower_whole: int = 0  # vision encoder and projector: held whole by every rank
 
     @property
     def total(self) -> int:
         return (self.embedding + self.lm_head + sum(self.layers_split) + sum(self.layers_experts)
-                + sum(self.layers_whole) + self.final_norm + self.extra)
+                + sum(self.layers_whole) + self.final_norm + self.extra + self.tower_split + self.tower_whole)
+
+    @property
+    def language_model(self) -> int:
+        """Parameters less the vision tower and projector (what model cards of multimodal models quote)."""
+        return self.total - self.tower_split - self.tower_whole
 
     def active(self, moe: MoEShape | None) -> int:
         """Parameters one token touches (routed experts scaled to experts_per_token)."""
@@ -192,6 +210,8 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         layers_whole=tuple(whole),
         final_norm=h * (2 if arch.norm_bias else 1),
         extra=arch.extra_params,
+        tower_split=arch.tower.split_params if arch.tower else 0,
+        tower_whole=arch.tower.whole_params if arch.tower else 0,
     )
 
 
@@ -239,6 +259,8 @@ def weight_bytes(
                 by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
         out = sum(f.bytes_for(-(-n // ranks)) for (f, _), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+        # the vision tower and projector: on every stage, in the model dtype (module docstring)
+        out += keep_fmt.bytes_for(-(-counts.tower_split // ranks)) + keep_fmt.bytes_for(counts.tower_whole)
         if first:
             out += keep_fmt.bytes_for(-(-counts.embedding // ranks)) + keep_fmt.bytes_for(counts.extra)
         if last:

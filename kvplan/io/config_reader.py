@@ -62,6 +62,10 @@ _BOUNDS: dict[str, int] = {
     **dict.fromkeys(("mamba_d_ssm", "block_ff_dim", "moe_shared_expert_intermediate_size"), _MAX_WIDTH),
     **dict.fromkeys(("num_experts_per_token", "num_shared_experts"), _MAX_EXPERTS),
     "model_max_length": _MAX_POSITIONS,
+    # vision towers (kvplan.io.towers): Gemma 3's SigLIP 896 px in 14 px patches, Llama 4's projector 4096 wide
+    **dict.fromkeys(("image_size",), 1 << 16),
+    **dict.fromkeys(("patch_size", "num_channels", "spatial_merge_size"), _MAX_SMALL),
+    **dict.fromkeys(("vision_output_dim", "projector_input_dim", "projector_output_dim"), _MAX_WIDTH),
 }
 _MAX_OTHER = 1 << 30  # any integer key not listed above
 

@@ -12,6 +12,8 @@ traps are resolved here, and each resolution is recorded in ``ModelSpec.notes``:
 - ``head_dim`` given explicitly wins over ``hidden_size / num_attention_heads`` (Gemma, Qwen3).
 - Multimodal configs nest the language model under ``text_config``.
 - ``torch_dtype`` (or v5's ``dtype``) gives the default KV dtype.
+- ``vision_config``: the vision tower and projector are counted for weights where kvplan.io.towers models the
+  family (Gemma 3, Llama 4, Mistral 3), and noted as not counted elsewhere.
 
 Layer patterns, where ``layer_types`` is absent, follow transformers' own config classes
 (``models/<name>/configuration_<name>.py``, v5.23): Gemma 2 and gpt-oss alternate sliding/full
@@ -22,6 +24,7 @@ linear attention; Qwen2/Qwen3 with a window slide only from ``max_window_layers`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -34,6 +37,7 @@ from kvplan.io.arch import arch_from_config
 from kvplan.io.architectures import is_checked, not_modeled_reason
 from kvplan.io.config_reader import _MAX_LAYERS, _Cfg, _show
 from kvplan.io.families import FAMILY_TYPES, family_module
+from kvplan.io.towers import tower_shape
 
 
 # What vLLM, SGLang and TensorRT-LLM derive a model's longest context from (kvplan.core.capacity.context)
@@ -368,8 +372,9 @@ def spec_from_hf_config(
     family = family_module(model_type)
     layers = _read_layers(cfg, model_type, family, shape, notes)
     arch = _read_arch(cfg, model_type, family, layers, shape.hidden)
-    if isinstance(raw.get("vision_config"), dict):
-        notes.append("the vision tower's weights are not counted (language model only)")
+    tower = tower_shape(raw, text_hidden=shape.hidden, origin=origin, notes=notes)
+    if arch is not None and tower is not None:
+        arch = dataclasses.replace(arch, tower=tower)
     quirks: set[str] = set()
     if model_type == "falcon" and cfg.bool("new_decoder_architecture"):
         quirks.add("hf_kv_broadcast")

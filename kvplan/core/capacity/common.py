@@ -179,6 +179,11 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
         notes.append(rule.note)
     else:
         fmt = keep
+    if spec.arch.tower is not None and (fmt != keep or expert_fmt is not None):
+        # kvplan.core.weights: Llama 4 builds its tower unquantized, quantized Gemma 3 / Mistral 3 checkpoints
+        # leave theirs out of the quantization
+        notes.append(f"weights: the vision tower and projector ({spec.arch.tower.params / 1e9:.2f}B) are counted in "
+                     f"the model dtype ({keep.name}), beside the quantized language model")
     stages = pp_stages(spec.num_layers, req.pp)
     return weight_bytes(spec, spec.arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
                         part_fmt=rule.part_fmt if rule else None), notes

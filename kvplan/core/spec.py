@@ -321,6 +321,9 @@ class ArchShape:
     # router columns, DeepSeek-V4's whole token mixer and hyper-connections (kvplan.io.families.mla).
     layer_extra_params: tuple[tuple[int, int], ...] = ()
     mlp_layers: tuple[bool, ...] = ()  # per layer: has the dense MLP (when not MoE); empty: every layer has one
+    # Not parameters: the RoPE cos/sin caches the engine builds at load, elements in the model dtype on every GPU
+    # (kvplan.io.rope)
+    rope_cache_elems: int = 0
     # The vision encoder and multimodal projector (None: a text-only model, or a tower kvplan does not model,
     # which the spec's notes name)
     tower: TowerShape | None = None

@@ -259,8 +259,10 @@ def weight_bytes(
                 by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
         out = sum(f.bytes_for(-(-n // ranks)) for (f, _), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
-        # the vision tower and projector: on every stage, in the model dtype (module docstring)
+        # the vision tower and projector: on every stage, in the model dtype (module docstring); the RoPE caches
+        # (ArchShape.rope_cache_elems, not parameters) whole on every GPU of every stage
         out += keep_fmt.bytes_for(-(-counts.tower_split // ranks)) + keep_fmt.bytes_for(counts.tower_whole)
+        out += keep_fmt.bytes_for(arch.rope_cache_elems)
         if first:
             out += keep_fmt.bytes_for(-(-counts.embedding // ranks)) + keep_fmt.bytes_for(counts.extra)
         if last:

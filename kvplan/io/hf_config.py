@@ -37,6 +37,7 @@ from kvplan.io.arch import arch_from_config
 from kvplan.io.architectures import is_checked, not_modeled_reason
 from kvplan.io.config_reader import _MAX_LAYERS, _Cfg, _show
 from kvplan.io.families import FAMILY_TYPES, family_module
+from kvplan.io.rope import rope_cache_elems
 from kvplan.io.towers import tower_shape
 
 
@@ -375,6 +376,8 @@ def spec_from_hf_config(
     tower = tower_shape(raw, text_hidden=shape.hidden, origin=origin, notes=notes)
     if arch is not None and tower is not None:
         arch = dataclasses.replace(arch, tower=tower)
+    if arch is not None:
+        arch = dataclasses.replace(arch, rope_cache_elems=rope_cache_elems(cfg.data, model_type, tuple(layers)))
     quirks: set[str] = set()
     if model_type == "falcon" and cfg.bool("new_decoder_architecture"):
         quirks.add("hf_kv_broadcast")

@@ -4,7 +4,8 @@ tiny Llama.
 The tiny model (bf16): hidden 64, intermediate 128, 2 layers, 4 query heads / 2 KV heads of 16, vocab 100, untied.
 Per layer: attention q 64x64 + k 64x32 + v 64x32 + o 64x64 = 12,288; MLP 3 x 64 x 128 = 24,576; 2 norms x 64.
 Linear parameters: 2 x (12,288 + 24,576) = 73,728. Kept in bf16: norms 2 x 128 + final 64, embeddings and LM head
-2 x 100 x 64 = 12,800: 13,120 parameters = 26,240 bytes.
+2 x 100 x 64 = 12,800: 13,120 parameters = 26,240 bytes; and the RoPE cos/sin cache, 4,096 positions x 16 rotary
+dims = 131,072 bytes, whole on every GPU (kvplan.io.rope).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from kvplan.io.models import load_model
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
 LOGS = Path(__file__).parent.parent / "fixtures" / "vllm_logs"
 
-KEPT = 26_240
+ROPE = 4096 * 16 * 2
+KEPT = 26_240 + ROPE
 TINY = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
         "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
@@ -79,8 +81,8 @@ def test_hand_worked_weight_bytes(quant, expected):
 
 def test_tensor_parallel_splits_the_quantized_linears():
     # tp 2, fp8 per channel: 36,864 Linear parameters -> 36,864 + 576 x 4 bytes; embeddings and LM head split
-    # (3,200 parameters each, 12,800 bytes), norms whole (320 parameters, 640 bytes)
-    assert weights(ct(FP8_CHANNEL), tp=2)[0] == 36_864 + 2_304 + 12_800 + 640
+    # (3,200 parameters each, 12,800 bytes), norms whole (320 parameters, 640 bytes), the RoPE cache whole
+    assert weights(ct(FP8_CHANNEL), tp=2)[0] == 36_864 + 2_304 + 12_800 + 640 + ROPE
 
 
 @pytest.mark.parametrize("quant", [

@@ -59,17 +59,20 @@ def test_llama2_7b_bf16_weights_bytes_and_tp_split():
     spec = load_model("llama2-7b")
     bf16 = get_weight_format("bf16")
     one = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16)
-    assert one.total_bytes == 2 * one.params == 2 * 6_738_415_616
+    rope = 4096 * 128 * 2  # the RoPE cos/sin cache: 4,096 positions x 128 rotary dims in bf16 (kvplan.io.rope)
+    assert spec.arch.rope_cache_elems * 2 == rope
+    assert one.total_bytes == 2 * one.params + rope and one.params == 6_738_415_616
     four = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=4)
-    norms = (2 * 32 + 1) * 4096 * 2  # held whole by each rank
-    assert four.per_gpu_bytes == (one.total_bytes - norms) // 4 + norms
+    whole = (2 * 32 + 1) * 4096 * 2 + rope  # norms and the RoPE cache, held whole by each rank
+    assert four.per_gpu_bytes == (one.total_bytes - whole) // 4 + whole
 
 
 def test_pp_puts_embeddings_first_and_head_last():
     spec = load_model("llama2-7b")
     bf16 = get_weight_format("bf16")
     w = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, stages=pp_stages(32, 2))
-    assert len(w.per_stage_bytes) == 2 and sum(w.per_stage_bytes) == w.total_bytes
+    # each stage builds its own RoPE cache (4,096 x 128 in bf16); the layers, vocabulary and norms are split
+    assert len(w.per_stage_bytes) == 2 and sum(w.per_stage_bytes) == w.total_bytes + 4096 * 128 * 2
     assert w.per_stage_bytes[0] - w.per_stage_bytes[1] == -2 * 4096  # same layers and vocab; the final norm is last
 
 

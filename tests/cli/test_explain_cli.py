@@ -285,7 +285,7 @@ W4A16 = FP8DYN.with_name("w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16.e
 
 @pytest.mark.parametrize("log,weights_gib,kv_tokens", [
     # "Model loading took 33.88 GiB", "GPU KV cache size: 244,304 tokens" (RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic,
-    # tp 2; bundled as llama3.3-70b-fp8-dynamic)
+    # tp 2; bundled as llama3.3-70b-fp8dyn)
     (FP8DYN, 33.88, 244_304),
     # "Model loading took 5.38 GiB", "GPU KV cache size: 554,704 tokens" (RedHatAI/Meta-Llama-3.1-8B-Instruct-
     # quantized.w4a16 under --dtype float16, GPTQ loaded by gptq_marlin; bundled as llama3.1-8b-w4a16)

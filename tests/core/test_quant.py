@@ -129,11 +129,11 @@ REDHAT_STARTS = [
     # w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16.log: "Model loading took 5.38 GiB" (gptq_marlin)
     ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "llama3.1-8b-w4a16", 1, 5.38, "int4-g128"),
     # fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192.log: "Model loading took 33.88 GiB"
-    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8-dynamic", 2, 33.88, "float8 channel"),
+    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8dyn", 2, 33.88, "float8 channel"),
     # fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192.log: "Model loading took 16.96 GiB"
-    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8-dynamic", 4, 16.96, "float8 channel"),
+    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8dyn", 4, 16.96, "float8 channel"),
     # fp8dyn-redhatai-qwen2-5---h100-80gb--tp1pp1dp1--8192.log: "Model loading took 8.14 GiB"
-    ("RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic", "qwen2.5-7b-fp8-dynamic", 1, 8.14, "float8 channel"),
+    ("RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic", "qwen2.5-7b-fp8dyn", 1, 8.14, "float8 channel"),
 ]
 
 

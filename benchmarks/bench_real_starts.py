@@ -47,7 +47,9 @@ VLLM_DEFAULT_UTILIZATION = 0.9  # vllm/config/cache.py gpu_memory_utilization de
 CONFIG_PATHS = {"mistral-small-3.1-24b-instruct-2503": REPO / "tests/fixtures/configs/mistral-small-3.1-24b.json"}
 # The weight format a quantized checkpoint's name states (RedHatAI's llm-compressor naming: w8a8 = int8
 # weights per channel, w4a16 = int4 weights in groups of 128, fp8-dynamic = fp8 weights), as kvplan's
-# --weight-dtype names it; the name less the suffix is the base model.
+# --weight-dtype names it; the name less the suffix is the base model. Only for a checkpoint kvplan does not
+# bundle: a bundled one (configs/models/, its quantization_config included) is planned from its own config,
+# as `kvplan explain` plans it.
 NAME_FORMATS = (("-quantized.w4a16", "int4-g128"), ("-quantized.w8a8", "int8"), ("-fp8-dynamic", "fp8"))
 # vLLM's --quantization values that set the weight format whatever the checkpoint says (fp8: quantized on load)
 FLAG_FORMATS = {"fp8": "fp8"}
@@ -185,7 +187,8 @@ def plan_for(s: StartLog) -> Plan | str:
     if unknown:
         return f"flags kvplan's fit does not take: {', '.join(f'{k}={a[k]!r}' for k in unknown)}"
     ref, weight_dtype = model, "auto"
-    for suffix, fmt in NAME_FORMATS:
+    quantized = _bundled_quantized(model)
+    for suffix, fmt in () if quantized is not None else NAME_FORMATS:
         if ref.lower().endswith(suffix):
             ref, weight_dtype = ref[: -len(suffix)], fmt
     if isinstance(a.get("quantization"), str):
@@ -194,9 +197,15 @@ def plan_for(s: StartLog) -> Plan | str:
         weight_dtype = FLAG_FORMATS[str(a["quantization"])]
     config = CONFIG_PATHS.get(ref.rsplit("/", 1)[-1].lower())
     ref = str(config) if config else ref
-    # vLLM's --dtype sets the weights' format and, under --kv-cache-dtype auto, the KV cache's
+    # vLLM's --dtype sets the weights' format and, under --kv-cache-dtype auto, the KV cache's; of a quantized
+    # checkpoint it sets only what stays unquantized (embeddings, LM head, norms, scales), which fit's
+    # --weight-dtype cannot say apart from the quantized layers: the same width as the config's dtype is that
     dtype = {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16"}.get(str(a.get("dtype", "auto")))
-    weight_dtype = dtype if dtype and weight_dtype == "auto" else weight_dtype
+    if dtype and quantized:
+        if _BITS[dtype] != _BITS.get(quantized, 0):
+            return f"--dtype {a['dtype']} on a quantized checkpoint kept in {quantized}: fit states no model dtype"
+    else:
+        weight_dtype = dtype if dtype and weight_dtype == "auto" else weight_dtype
     kv_dtype = str(a.get("kv_cache_dtype", "auto"))
     kv_dtype = dtype if dtype and kv_dtype == "auto" else kv_dtype
     kwargs: dict[str, object] = dict(
@@ -206,6 +215,22 @@ def plan_for(s: StartLog) -> Plan | str:
         kv_cache_dtype=kv_dtype, weight_dtype=weight_dtype,
         max_num_seqs=a.get("max_num_seqs"), fetch=False)
     return Plan(model=ref, weight_dtype=weight_dtype, kwargs=kwargs)
+
+
+_BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "float16": 16, "bfloat16": 16, "float32": 32}
+
+
+def _bundled_quantized(model: str) -> str | None:
+    """For a checkpoint kvplan bundles by this name or alias: its torch_dtype when its config carries a
+    quantization_config, "" when it carries none; None when it is not bundled."""
+    from kvplan.io.models import bundled_index, load_model
+
+    key = model.strip().lower()
+    for entry in bundled_index().values():
+        if key == entry.name.lower() or key in (alias.lower() for alias in entry.aliases):
+            raw = load_model(entry.name).raw_config
+            return str(raw.get("torch_dtype") or "bfloat16") if raw.get("quantization_config") else ""
+    return None
 
 
 def _why(exc: KvplanError) -> str:

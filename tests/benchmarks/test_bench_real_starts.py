@@ -129,7 +129,8 @@ def _start(**args: object) -> object:
 def test_plan_states_the_flags() -> None:
     plan = bench.plan_for(_start(model="RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", dtype="float16",
                                  tensor_parallel_size=2, max_model_len=4096))
-    assert plan.model == "RedHatAI/Meta-Llama-3.1-8B-Instruct" and plan.weight_dtype == "int4-g128"
+    # bundled (llama3.1-8b-w4a16): its own quantization_config, which --dtype float16 leaves quantized
+    assert plan.model == "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16" and plan.weight_dtype == "auto"
     assert plan.kwargs["tp"] == 2 and plan.kwargs["max_model_len"] == 4096
     assert plan.kwargs["kv_cache_dtype"] == "fp16"  # vLLM's --dtype sets an auto KV cache's dtype
     assert plan.kwargs["gpu_memory_utilization"] == 0.9  # vLLM's default when the flag is left out
@@ -138,3 +139,13 @@ def test_plan_states_the_flags() -> None:
     assert bench.plan_for(_start(quantization="fp8")).weight_dtype == "fp8"
     assert "data_parallel_size=2" in bench.plan_for(_start(data_parallel_size=2))
     assert "gptq" in bench.plan_for(_start(quantization="gptq"))
+
+
+def test_a_quantized_checkpoint_kvplan_does_not_bundle_is_read_from_its_name() -> None:
+    plan = bench.plan_for(_start(model="someone/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"))
+    assert plan.model == "someone/Meta-Llama-3.1-8B-Instruct" and plan.weight_dtype == "int4-g128"
+    bundled = bench.plan_for(_start(model="RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic"))
+    assert bundled.model == "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic" and bundled.weight_dtype == "auto"
+    # a float32 model dtype would widen the quantized checkpoint's embeddings and scales, which fit cannot state
+    assert "float32" in bench.plan_for(_start(model="RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+                                              dtype="float32"))

@@ -256,10 +256,14 @@ def _rows(out: dict) -> dict:
     return {row["figure"]: row for row in out["rows"]}
 
 
-def test_a_quantized_checkpoint_kvplan_lacks_is_not_predicted_as_its_bf16_base():
-    # RedHatAI's fp8-dynamic Llama-3.3-70B loads 33.88 GiB a GPU at tp 2 (its log); kvplan bundles only the bf16
-    # base, whose weights would be twice that: no prediction, and the replay from the log's own figures still holds
-    r = runner.invoke(app, ["explain", str(FP8DYN), "--json"])
+def test_a_quantized_checkpoint_kvplan_lacks_is_not_predicted_as_its_bf16_base(tmp_path):
+    # The fp8-dynamic Llama-3.3-70B start under a name kvplan does not bundle (a re-upload, say): matched by name to
+    # the bf16 base, whose weights would be twice the 33.88 GiB the log loads: no prediction, and the replay from
+    # the log's own figures still holds
+    renamed = tmp_path / FP8DYN.name
+    renamed.write_text(FP8DYN.read_text().replace("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic",
+                                                  "someone/Llama-3.3-70B-Instruct-fp8-dynamic"))
+    r = runner.invoke(app, ["explain", str(renamed), "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     rows = _rows(out)
@@ -274,6 +278,25 @@ def test_the_weight_format_stated_predicts_the_quantized_start():
     rows = _rows(json.loads(r.stdout))
     assert abs(rows["weights"]["predicted"] / (33.88 * 2**30) - 1) < 0.01  # "Model loading took 33.88 GiB"
     assert abs(rows["KV cache tokens"]["predicted"] / 244_304 - 1) < 0.03  # "GPU KV cache size: 244,304 tokens"
+
+
+W4A16 = FP8DYN.with_name("w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16.excerpt.log")
+
+
+@pytest.mark.parametrize("log,weights_gib,kv_tokens", [
+    # "Model loading took 33.88 GiB", "GPU KV cache size: 244,304 tokens" (RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic,
+    # tp 2; bundled as llama3.3-70b-fp8dyn)
+    (FP8DYN, 33.88, 244_304),
+    # "Model loading took 5.38 GiB", "GPU KV cache size: 554,704 tokens" (RedHatAI/Meta-Llama-3.1-8B-Instruct-
+    # quantized.w4a16 under --dtype float16, GPTQ loaded by gptq_marlin; bundled as llama3.1-8b-w4a16)
+    (W4A16, 5.38, 554_704),
+], ids=["fp8-dynamic-70b-tp2", "w4a16-8b-fp16"])
+def test_a_bundled_redhat_checkpoint_predicts_its_start_from_the_log_alone(log, weights_gib, kv_tokens):
+    r = runner.invoke(app, ["explain", str(log), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = _rows(json.loads(r.stdout))
+    assert abs(rows["weights"]["predicted"] / 2**30 - weights_gib) <= 0.05
+    assert abs(rows["KV cache tokens"]["predicted"] / kv_tokens - 1) < 0.002  # measured: +0.09%, +0.07%
 
 
 PP2 = FP8DYN.with_name("meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192.excerpt.log")

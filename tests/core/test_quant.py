@@ -127,6 +127,42 @@ def test_fit_counts_a_bundled_w8a8_checkpoint_at_its_ratio_to_bf16(quantized, ba
     assert q.format == "int8 channel" and b.format == "bf16"
 
 
+# RedHatAI checkpoints as the llm-d-planner sweep started them (vLLM 0.19.0, H100-80GB; the logs are in
+# /work/shared/vllm-logs/llm-d-planner-v0.19.0/): the name its non-default args give, tp, and "Model loading took
+# X GiB" of rank 0. The two 8B starts ran with --dtype float16, which keeps the unquantized parts at bf16's width.
+# kvplan counts 0.03 GiB less than every log here (0.05 for the GPTQ start), as it does for the bf16 bases.
+REDHAT_STARTS = [
+    # w8a8-redhatai-llam--h100-80gb--tp1pp1dp1--8192-dtf16.log: "Model loading took 8.49 GiB"
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "llama3.1-8b-w8a8", 1, 8.49, "int8 channel"),
+    # w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16.log: "Model loading took 5.38 GiB" (gptq_marlin)
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "llama3.1-8b-w4a16", 1, 5.38, "gptq int4 g128"),
+    # fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192.log: "Model loading took 33.88 GiB"
+    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8dyn", 2, 33.88, "float8 channel"),
+    # fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192.log: "Model loading took 16.96 GiB"
+    ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "llama3.3-70b-fp8dyn", 4, 16.96, "float8 channel"),
+    # fp8dyn-redhatai-qwen2-5---h100-80gb--tp1pp1dp1--8192.log: "Model loading took 8.14 GiB"
+    ("RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic", "qwen2.5-7b-fp8dyn", 1, 8.14, "float8 channel"),
+]
+
+
+@pytest.mark.parametrize("name,bundled,tp,logged_gib,fmt", REDHAT_STARTS,
+                         ids=[f"{s[1]}-tp{s[2]}" for s in REDHAT_STARTS])
+def test_a_bundled_redhat_checkpoint_weighs_what_its_vllm_start_loaded(name, bundled, tp, logged_gib, fmt):
+    spec = load_model(name)
+    assert spec.name == bundled
+    w, _ = model_weights(FitRequest(spec=spec, gpu=GPUSpec(name="x", memory_bytes=1 << 40), tp=tp))
+    assert w.format == fmt
+    assert abs(w.per_gpu_bytes / 2**30 - logged_gib) <= 0.05, w.per_gpu_bytes / 2**30
+
+
+@pytest.mark.parametrize("name", ["neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+                                  "neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w4a16",
+                                  "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+                                  "neuralmagic/Qwen2.5-7B-Instruct-FP8-dynamic"])
+def test_the_hub_spellings_of_a_redhat_checkpoint_resolve_to_its_quantized_config(name):
+    assert load_model(name).raw_config["quantization_config"]["quant_method"] in ("compressed-tensors", "gptq")
+
+
 @pytest.mark.parametrize("quant,field", [
     ({"quant_method": "compressed-tensors", "config_groups": [{"weights": FP8_CHANNEL}]}, "config_groups"),
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": "fp8"}}}, "weights"),

@@ -42,9 +42,6 @@ GPU = "H100-80GB"  # every run: nvidia.com/gpu.product NVIDIA-H100-80GB-HBM3 (sw
 ENGINE = "vllm==0.19.0"
 VLLM_DEFAULT_UTILIZATION = 0.9  # vllm/config/cache.py gpu_memory_utilization default
 
-# Checkpoints kvplan has no config for but the repository does: Mistral-Small-3.1's config (text model, Pixtral
-# vision tower and projector keys; its source is in the file), which kvplan reads as a config.json path.
-CONFIG_PATHS = {"mistral-small-3.1-24b-instruct-2503": REPO / "tests/fixtures/configs/mistral-small-3.1-24b.json"}
 # The weight format a quantized checkpoint's name states (RedHatAI's llm-compressor naming: w8a8 = int8
 # weights per channel, w4a16 = int4 weights in groups of 128, fp8-dynamic = fp8 weights), as kvplan's
 # --weight-dtype names it; the name less the suffix is the base model. Only for a checkpoint kvplan does not
@@ -195,8 +192,6 @@ def plan_for(s: StartLog) -> Plan | str:
         if a["quantization"] not in FLAG_FORMATS:
             return f"--quantization {a['quantization']}: no kvplan weight format for it"
         weight_dtype = FLAG_FORMATS[str(a["quantization"])]
-    config = CONFIG_PATHS.get(ref.rsplit("/", 1)[-1].lower())
-    ref = str(config) if config else ref
     # vLLM's --dtype sets the weights' format and, under --kv-cache-dtype auto, the KV cache's; of a quantized
     # checkpoint it sets only what stays unquantized (embeddings, LM head, norms, scales), which fit's
     # --weight-dtype cannot say apart from the quantized layers: the same width as the config's dtype is that

@@ -278,6 +278,12 @@ class TowerShape:
     split_params: int
     whole_params: int
     source: str  # the vLLM files and classes the count follows
+    # The profile run's dummy item (vLLM's image "of the maximum feature size"): the prompt tokens it takes (what
+    # vLLM divides the encoder budget by), the embeddings the encoder outputs for it, and its pixel values
+    # (channels x height x width, every tile); 0: not modelled
+    item_tokens: int = 0
+    item_embeds: int = 0
+    item_pixels: int = 0
 
     @property
     def params(self) -> int:

@@ -31,6 +31,9 @@ from kvplan.errors import ConfigError
 from kvplan.io.config_reader import _Cfg
 
 
+# transformers' Llama4ImageProcessor(Fast) default max_patches: the tiles of vLLM's largest dummy image
+LLAMA4_MAX_PATCHES = 16
+
 @dataclass(kw_only=True)
 class _Params:
     """Parameters of a tower as they accumulate: split over TP ranks, or whole on every rank."""
@@ -47,11 +50,14 @@ class _Params:
         self.split += n_in * n_out
         self.whole += n_out if bias else 0
 
-    def shape(self, name: str, source: str) -> TowerShape:
-        return TowerShape(name=name, split_params=self.split, whole_params=self.whole, source=source)
+    def shape(self, name: str, source: str, *, item: tuple[int, int, int] = (0, 0, 0)) -> TowerShape:
+        """``item``: the profile run's dummy item, (prompt tokens, encoder embeddings, pixel values)."""
+        tokens, embeds, pixels = item
+        return TowerShape(name=name, split_params=self.split, whole_params=self.whole, source=source,
+                          item_tokens=tokens, item_embeds=embeds, item_pixels=pixels)
 
 
-def _siglip_gemma3(v: _Cfg, text_hidden: int) -> TowerShape:
+def _siglip_gemma3(v: _Cfg, top: _Cfg, text_hidden: int) -> TowerShape:
     # transformers' SiglipVisionConfig defaults for absent keys
     d = v.int("hidden_size", default=768)
     inter = v.int("intermediate_size", default=3072)
@@ -75,8 +81,12 @@ def _siglip_gemma3(v: _Cfg, text_hidden: int) -> TowerShape:
     # gemma3_mm.py::Gemma3MultiModalProjector: mm_input_projection_weight (an nn.Parameter, vision x text
     # hidden) and mm_soft_emb_norm (GemmaRMSNorm over the vision hidden size); the avg pool has no weights
     p.whole += d * text_hidden + d
+    # the profile run's image: image_size square (pan-and-scan off by default: one crop), mm_tokens_per_image
+    # tokens and embeddings (gemma3_mm.py::Gemma3ProcessingInfo.get_num_image_tokens, (crops + 1) x image_seq_len)
+    tokens = top.int("mm_tokens_per_image", default=256)
     return p.shape("SigLIP vision tower + Gemma 3 projector",
-                   "vLLM 0.19.0 siglip.py::SiglipVisionModel, gemma3_mm.py::Gemma3MultiModalProjector")
+                   "vLLM 0.19.0 siglip.py::SiglipVisionModel, gemma3_mm.py::Gemma3MultiModalProjector",
+                   item=(tokens, tokens, channels * image * image))
 
 
 def _llama4(v: _Cfg, text_hidden: int) -> TowerShape:
@@ -110,8 +120,19 @@ def _llama4(v: _Cfg, text_hidden: int) -> TowerShape:
     p.row(proj_in, proj_out, bias=proj_bias)
     # Llama4MultiModalProjector: linear_1, a ColumnParallelLinear (gather_output) without bias
     p.column(output_dim, text_hidden, bias=False)
+    # the profile run's image (mllama4.py::Mllama4ProcessingInfo.get_image_size_with_most_features): max_patches
+    # tiles of image_size stacked (16, the Llama4 image processor's default), a global tile beside them; each tile
+    # (image_size / patch)^2 / round(1 / pixel_shuffle_ratio^2) embeddings (get_patch_per_chunk); the prompt adds
+    # one separator a tile row and image start, global and end tokens (_prompt_split_image)
+    tiles = LLAMA4_MAX_PATCHES + 1
+    ratio = v.get("pixel_shuffle_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ConfigError(f"{v.origin}: pixel_shuffle_ratio must be a number in (0, 1] (got {ratio!r})")
+    per_tile = (image // patch) ** 2 // round(1 / ratio**2)
+    embeds = tiles * per_tile
     return p.shape("Llama 4 vision model + projector",
-                   "vLLM 0.19.0 mllama4.py::Llama4VisionModel, Llama4MultiModalProjector")
+                   "vLLM 0.19.0 mllama4.py::Llama4VisionModel, Llama4MultiModalProjector",
+                   item=(embeds + LLAMA4_MAX_PATCHES + 3, embeds, tiles * channels * image * image))
 
 
 def _feature_layers(top: _Cfg, num_layers: int) -> int:
@@ -155,8 +176,14 @@ def _pixtral_mistral3(v: _Cfg, top: _Cfg, text_hidden: int) -> TowerShape:
     p.whole += d + d * merge * merge * d
     p.column(d, text_hidden, bias=proj_bias)
     p.row(text_hidden, text_hidden, bias=proj_bias)
+    # the profile run's image: image_size square (mistral3.py::Mistral3ProcessingInfo.
+    # get_image_size_with_most_features), (image_size / (patch x spatial_merge_size))^2 tokens and embeddings
+    # (pixtral.py::PixtralHFEncoderInfo.get_num_image_tokens)
+    image = v.int("image_size", default=1024)
+    embeds = (image // (patch * merge)) ** 2
     return p.shape("Pixtral vision tower + Mistral 3 projector",
-                   "vLLM 0.19.0 pixtral.py::PixtralHFVisionModel, mistral3.py::Mistral3MultiModalProjector")
+                   "vLLM 0.19.0 pixtral.py::PixtralHFVisionModel, mistral3.py::Mistral3MultiModalProjector",
+                   item=(embeds, embeds, channels * image * image))
 
 
 def _qwen3_vision(v: _Cfg, text_hidden: int) -> TowerShape:
@@ -206,7 +233,7 @@ def tower_shape(raw: dict[str, Any], *, text_hidden: int, origin: str, notes: li
     v = _Cfg(vision, f"{origin}: vision_config")
     outer = top.str("model_type")
     if outer == "gemma3":
-        tower = _siglip_gemma3(v, text_hidden)
+        tower = _siglip_gemma3(v, top, text_hidden)
     elif outer == "llama4":
         tower = _llama4(v, text_hidden)
     elif outer == "mistral3":

@@ -10,7 +10,7 @@ import pytest
 
 from kvplan.app.fit import fit_model
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
-                                                profile_run)
+                                                encoder_items, profile_run)
 from kvplan.core.engines.vllm.profiles import VLLM_PROFILES, v0_variant
 from kvplan.core.profiles import Version
 from kvplan.io.gpus import get_gpu
@@ -94,14 +94,18 @@ STARTS = [
     ("qwen-qwen1-5-moe-a2-7b--h100-80gb--tp1pp1dp1--8192.excerpt.log", "qwen1.5-moe-a2.7b"),
     ("deepseek-ai-deepseek-v2---h100-80gb--tp1pp1dp1--8192.excerpt.log", "deepseek-v2-lite"),
     ("openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192.excerpt.log", "gpt-oss-20b"),
+    # multimodal: the encoder profile's dummy images held through the run (SigLIP, Llama 4's tiles, Pixtral)
+    ("google-gemma-3-12b-it--h100-80gb--tp1pp1dp1--8192.excerpt.log", "gemma3-12b"),
+    ("meta-llama-llama-4-scout--h100-80gb--tp4pp1dp1--8192.excerpt.log", "llama4-scout"),
+    ("mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192.excerpt.log", "mistral-small-3.1-24b"),
 ]
 
 
 @pytest.mark.parametrize("name,model", STARTS, ids=[s[0].split("--")[0] + "-" + s[0].split("--")[2] for s in STARTS])
 def test_activation_of_real_starts_within_the_measured_band(name, model):
     log = read_vllm_log(LOGS / name)
-    assert log.activation_bytes and log.tensor_parallel_size, name  # the excerpt carries the figure and the flags
-    report = fit_model(model, gpu="H100-80GB", engine="vllm==0.19.0", tp=log.tensor_parallel_size,
+    assert log.activation_bytes and log.max_seq_len, name  # the excerpt carries the figure and the flags
+    report = fit_model(model, gpu="H100-80GB", engine="vllm==0.19.0", tp=log.tensor_parallel_size or 1,
                        pp=log.pipeline_parallel_size or 1, max_model_len=log.max_seq_len,
                        gpu_memory_utilization=log.gpu_memory_utilization or 0.9)
     result = report.result
@@ -118,3 +122,20 @@ def test_band_widens_where_no_start_measures_the_release():
     assert band("vllm==0.19.0") == ACTIVATION_BAND_MEASURED
     assert band("vllm==0.16.0") == ACTIVATION_BAND_UNMEASURED  # the PyTorch sort sampler: source only
     assert band("vllm==0.33.0") == ACTIVATION_BAND_UNMEASURED  # the V2 model runner's own sampler
+
+
+@pytest.mark.parametrize("model,items", [("gemma3-12b", 32), ("llama4-scout", 3), ("mistral-small-3.1-24b", 2)])
+def test_encoder_profile_items_match_the_logs(model, items):
+    # each log: "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with N image items of
+    # the maximum feature size" (Gemma 3: 8192 // 256; Llama 4: 8192 // (17 tiles x 144 + 19); Pixtral: 8192 // 55^2)
+    spec = load_model(model)
+    assert encoder_items(spec, tokens=8192, max_num_seqs=1024, max_model_len=8192) == items
+    assert encoder_items(load_model("llama3.1-8b"), tokens=8192, max_num_seqs=1024, max_model_len=8192) == 0
+
+
+def test_gemma3_encoder_profile_by_hand():
+    # 32 dummy images held: pixel values 3 x 896 x 896 and 256 embeddings of the text width 3,840, in bf16:
+    # 32 x (2,408,448 + 983,040) x 2 = 217,055,232 bytes (207 MiB) beside the text model's profile run
+    spec = load_model("gemma3-12b")
+    base = dict(tokens=8192, max_num_seqs=1024, tp=1, act_bytes=2, gpu=H100, sampler=Sampler.TRITON, moe_workspace=True)
+    assert profile_run(spec, encoder_items=32, **base).held - profile_run(spec, **base).held == 217_055_232

@@ -27,12 +27,15 @@ is the larger of the two phases, plus what stays allocated through both:
   workspace2, Triton experts: fused_moe.py::TritonExperts.workspace_shapes, tokens x top-k x (max(I, H) +
   max(2I, H)) in the activation dtype; the monolithic MXFP4 kernels of gpt-oss keep none:
   gpt_oss_triton_kernels_moe.py::OAITritonMxfp4ExpertsMonolithic); on a stage after the first, the intermediate
-  tensors it receives (hidden states and residual, tokens x hidden each: GPUModelRunner._dummy_run).
+  tensors it receives (hidden states and residual, tokens x hidden each: GPUModelRunner._dummy_run); for a
+  multimodal model the encoder profile's dummy images, their pixel values and the encoder's outputs, both in
+  the model dtype (GPUModelRunner.profile_run keeps batched_dummy_mm_inputs and the encoder cache until it ends;
+  encoder_items says how many).
 
-Measured against 44 vLLM 0.19.0 starts on H100 SXM (benchmarks/bench_real_starts.py; the llm-d-planner logs'
-DEBUG "torch peak memory increase"): dense and MoE text models at tp 1-4 and pp 1-4 within ACTIVATION_BAND_MEASURED.
-Outside the band: multimodal models (the encoder's profile run is not modelled: Gemma 3 +0.2 GiB logged) and
-float32 runs (+0.37 GiB logged).
+Measured against 51 vLLM 0.19.0 starts on H100 SXM (benchmarks/bench_real_starts.py; the llm-d-planner logs'
+DEBUG "torch peak memory increase"): dense, MoE and multimodal models at tp 1-4 and pp 1-4 within 0.02 GiB but
+Mixtral tp 2 (+0.06) and RedHatAI's int8 Mistral-Small-3.1 at tp 1 (-0.15), inside ACTIVATION_BAND_MEASURED.
+Outside the band: float32 runs (+0.37 GiB logged).
 """
 
 from __future__ import annotations
@@ -89,12 +92,26 @@ class ProfileRun:
         return self.held + max(self.forward, self.sampler)
 
 
+def encoder_items(spec: ModelSpec, *, tokens: int, max_num_seqs: int, max_model_len: int) -> int:
+    """Dummy items the encoder profile runs (vllm/multimodal/encoder_budget.py::MultiModalBudget._get_max_items):
+    the encoder budget, max(max_num_batched_tokens, an item's tokens) (encoder_cache_manager.py::
+    compute_mm_encoder_budget), over an item's tokens, capped by max_num_seqs x the items a prompt can hold
+    (max_model_len / an item's tokens; --limit-mm-per-prompt, 999 by default, not modelled); 0 for a text model."""
+    tower = spec.arch.tower if spec.arch is not None else None
+    if tower is None or not tower.item_tokens:
+        return 0
+    per = tower.item_tokens
+    return max(1, min(max(tokens, per) // per, max_num_seqs * max(1, max_model_len // per)))
+
+
 def profile_run(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int, gpu: GPUSpec,
                 sampler: Sampler, moe_workspace: bool, monolithic_moe: bool = False, first_stage: bool = True,
-                last_stage: bool = True) -> ProfileRun:
+                last_stage: bool = True, encoder_items: int = 0) -> ProfileRun:
     """The profile run of ``spec`` on one GPU of ``gpu`` (the module docstring's parts). ``act_bytes``: the model
     dtype's bytes (4 under --dtype float32); ``moe_workspace``: the release keeps the fused-MoE workspace (0.13.0
-    on); ``monolithic_moe``: the experts run a kernel without it (gpt-oss's MXFP4)."""
+    on); ``monolithic_moe``: the experts run a kernel without it (gpt-oss's MXFP4); ``encoder_items``: the
+    multimodal encoder profile's dummy items, whose pixel values and encoder outputs stay referenced through the
+    forward and the sampler run (GPUModelRunner.profile_run: batched_dummy_mm_inputs and encoder_cache)."""
     arch = spec.arch
     hidden = spec.hidden_size
     forward = tokens * _mlp_width(spec, tp) * act_bytes + HIDDEN_TENSORS * tokens * hidden * act_bytes
@@ -108,6 +125,9 @@ def profile_run(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act
             forward += ws  # freed after each layer before 0.13.0
     if not first_stage:
         held += 2 * tokens * hidden * act_bytes
+    tower = arch.tower if arch is not None else None
+    if encoder_items and tower is not None:
+        held += encoder_items * (tower.item_pixels + tower.item_embeds * hidden) * act_bytes
     sample = 0
     if last_stage and sampler is not Sampler.NONE and arch is not None:
         rows = min(max_num_seqs, tokens)

@@ -41,7 +41,7 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
-                                                profile_run)
+                                                encoder_items, profile_run)
 from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
@@ -243,7 +243,10 @@ class VLLMBudget(EngineBudget):
         return profile_run(req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
                            act_bytes=_act_bytes(req), gpu=req.gpu, sampler=v.rules.sampler,
                            moe_workspace=v.rules.moe_workspace, monolithic_moe=_mxfp4_experts(req),
-                           first_stage=first_stage, last_stage=last_stage).peak
+                           first_stage=first_stage, last_stage=last_stage,
+                           encoder_items=encoder_items(req.spec, tokens=v.max_num_batched_tokens,
+                                                       max_num_seqs=v.max_num_seqs,
+                                                       max_model_len=setup.max_model_len)).peak
 
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine

@@ -52,6 +52,18 @@ NAME_FORMATS = (("-quantized.w4a16", "int4-g128"), ("-quantized.w8a8", "int8"), 
 FLAG_FORMATS = {"fp8": "fp8"}
 # The flags kvplan's fit states; any other non-default flag that changes memory makes a run unplannable.
 IGNORED_ARGS = {"model_tag", "model", "enable_prefix_caching", "trust_remote_code", "api_server_count"}
+# Checkpoints in the logs that kvplan does not bundle, and why (what a search of public copies found). The log
+# alone does not state a model's dimensions, so sizing one from a look-alike would be a guess.
+NOT_SOURCED = {
+    "ibm-granite/granite-3.1-2b-instruct": "no copy of its config.json or of its card's architecture table found "
+                                           "to cite",
+    "ibm-granite/granite-3.1-8b-instruct": "no copy of its config.json or of its card's architecture table found "
+                                           "to cite",
+    "ibm-granite/granite-vision-3.3-2b": "no copy of its config.json found, and its LLaVA-NeXT tower is not modelled",
+    "moonshotai/Kimi-Dev-72B": "no copy of its config.json found (the log resolves Qwen2ForCausalLM; its "
+                               "dimensions are not printed)",
+    "moonshotai/Kimi-VL-A3B-Instruct": "no copy of its config.json found, and its MoonViT tower is not modelled",
+}
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _ARGS = re.compile(r"non-default args: (\{.{0,8000}\})")
@@ -257,6 +269,8 @@ def predict(s: StartLog) -> Row | str:
     plan = plan_for(s)
     if isinstance(plan, str):
         return plan
+    if plan.model in NOT_SOURCED:
+        return f"{plan.model} is not bundled: {NOT_SOURCED[plan.model]}"
     if s.log.kv_cache_tokens is None:
         return "the log states no 'GPU KV cache size'"
     try:

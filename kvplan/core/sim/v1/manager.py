@@ -336,6 +336,49 @@ class KVCacheManager:
         if self.caching:
             self.cache_blocks(r, min(end, known))
 
+    def grow_one(self, r: ReqState, end: int, known: int) -> None:
+        """``grow`` where the pool has one group: the same block, books and filings, without a call per step of it
+        (BlockPool.get_new's eviction and insert inlined; one per block a decode crosses, the simulator's most
+        frequent pool operation)."""
+        pool = self.pool
+        plain = pool.plain
+        if plain:
+            b = plain.popleft()
+        else:
+            b = pool.cached_free.popitem(last=False)[0]
+            if pool.key[b] is not None:
+                pool._drop_hash(b)
+                pool.evicted += 1
+        pool.ref[b] = 1
+        blocks = r.blocks[0]
+        blocks.append(b)
+        block = self.sizes[0]
+        cap = r.cap_tokens = len(blocks) * block
+        if cap < min(r.prompt_len + r.max_tokens, self.mml) - 1:  # not its last block: no internal waste yet
+            self.entries += 1
+            r.entries += 1
+        else:
+            self._book(r, end)
+        if self.caching:
+            keys = r.hasher.keys
+            full = min(end, known, len(keys) * block) // block
+            j = r.ncached[0]
+            if full > j:
+                key, group, cache = pool.key, pool.group, pool.caches[0]
+                while j < full:
+                    blk, k = blocks[j], keys[j]
+                    if blk and (key[blk] != k or group[blk]):  # BlockPool.insert, inlined
+                        key[blk], group[blk] = k, 0
+                        held = cache.get(k)
+                        if held is None:
+                            cache[k] = blk
+                        elif held.__class__ is int:
+                            cache[k] = [held, blk]
+                        else:
+                            held.append(blk)
+                    j += 1
+                r.ncached[0] = full
+
     def _book(self, r: ReqState, computed: int) -> None:
         """r's table entries and internal fragmentation in the memory books, once it has computed ``computed``
         tokens: past the tokens it will ever compute (the last sampled token's KV is never written; 0.11.0's async

@@ -17,6 +17,10 @@ contiguous allocator; no CPU tier. Same results as the step-by-step loop, to the
 
 from __future__ import annotations
 
+from functools import reduce
+from itertools import repeat
+from operator import add
+
 from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.inputs import FULL
 from kvplan.core.sim.v1.shares import split, thin
@@ -100,32 +104,38 @@ class Quiet:
                     return 0
         return kmax
 
-    def _events(self, running: list[ReqState], kmax: int) -> tuple[list[list[int]], int]:
-        """Per step, the running requests (by index) whose token needs a block or fills one, in running order;
-        the steps the pool's free blocks last."""
+    def _events(self, running: list[ReqState], kmax: int) -> tuple[dict[int, list[int]], int]:
+        """Per step with any, the running requests (by index) whose token needs a block or fills one, in running
+        order; the steps the pool's free blocks last (no step at or past it is taken)."""
         B, hb, caching = self.block, self.hash_block, self.caching
-        events: list[list[int]] = [[] for _ in range(kmax)]
-        needs = [0] * kmax
+        events: dict[int, list[int]] = {}
+        needs: dict[int, int] = {}
         for i, r in enumerate(running):
             c0, nt0 = r.num_computed, r.num_tokens
             ja = r.cap_tokens - c0  # the step whose token is past the blocks held
             if not B:  # a contiguous region holds every token: a crossing ends the stretch there
                 if ja < kmax:
                     kmax = max(ja, 0)
-                    del events[kmax:], needs[kmax:]
-                ja = kmax
-            for j in range(ja, kmax, B or 1):
-                events[j].append(i)
-                needs[j] += 1
+                continue
+            for j in range(ja, kmax, B):
+                needs[j] = needs.get(j, 0) + 1
+                if j in events:
+                    events[j].append(i)
+                else:
+                    events[j] = [i]
             if caching:
                 jc = max(0, (r.ncached[0] + 1) * hb - nt0)
                 if jc < kmax:  # a step that is also a crossing lists the request twice: run() takes it once
-                    events[jc].append(i)
-                    for j in range(((nt0 + jc) // hb + 1) * hb - nt0, kmax, hb):
-                        events[j].append(i)
+                    for j in (jc, *range(((nt0 + jc) // hb + 1) * hb - nt0, kmax, hb)):
+                        if j in events:
+                            events[j].append(i)
+                        else:
+                            events[j] = [i]
         free, per = self.pool.num_free, self.per_crossing
         used = 0
-        for j in range(kmax):
+        for j in sorted(needs):
+            if j >= kmax:
+                break
             used += needs[j] * per
             if used > free:
                 return events, j
@@ -135,8 +145,10 @@ class Quiet:
             launched: int, held_c: int, steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
         """Advance a quiet stretch from step ``s``; None where none starts here (the loop takes the step).
         Requests that arrive in it join ``waiting`` where none can be admitted; otherwise the first ends it.
-        One function on purpose: its step loop is the simulator's hottest (benchmarks/bench_default_path.py), with
-        the pool's books re-read only after a step with events."""
+        Between steps with events (a block crossed or filed, an arrival) every step's figures are the same but for
+        the computed tokens and the clock, which grow by the same rule: such runs of steps are added at once, their
+        per-step figures extended in C, the clock in closed form. One function on purpose: the simulator's hottest
+        (benchmarks/bench_default_path.py)."""
         absorb = self._admits_none(running, waiting)
         if waiting and not absorb:
             return None
@@ -147,7 +159,7 @@ class Quiet:
         if kmax < MIN_STEPS:
             return None
         mgr, pool, books, capacity = self.mgr, self.pool, self.books, self.capacity
-        grow = mgr.grow if self.block else None
+        grow = (mgr.grow_one if len(mgr.kinds) == 1 else mgr.grow) if self.block else None
         caching, hb = self.caching, self.hash_block
         step_model, timed, async_ = self.step_model, self.timed, self.async_
         ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = self.ps
@@ -155,21 +167,45 @@ class Quiet:
         n = len(running)
         c0s = [r.num_computed for r in running]
         nt0s = [r.num_tokens for r in running]
-        kv0 = sum(c0s)
+        kv0 = sum(c0s)  # the computed tokens before the stretch: step j's batch reads kv0 + n * (j + 1) (StepModel)
+        base, pt = (step_model.base_ps, step_model.per_token_ps) if step_model is not None else (0, 0)
+        clock0 = clock  # the clock at step j's start: clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2)
+        kv = kv0
         out = Stretch()
-        sum_free = sum_entries = sum_c = sum_int = busy = 0
+        sum_free = sum_entries = sum_c = sum_int = 0
         n_pending = len(pending)
         arrival = (None if nxt == n_pending else
                    pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
-        base, per_token = (step_model.base_ps, step_model.per_token_ps) if step_model is not None else (0, 0)
-        kv = kv0  # the computed tokens a step's batch reads (StepModel.duration, no prefill in a stretch)
+        lag = 1 if async_ else 0  # the loop sees an arrival by the start of the batch in flight (async) or the clock
+
+        def arrives(k: int) -> int:
+            """The first step from k (>= 1) whose check sees the next arrival; kmax if none does before."""
+            if arrival is None:
+                return kmax
+            if not timed:
+                return min(max(k, arrival - s), kmax)
+            hi = kmax
+            while k < hi:
+                mid = (k + hi) // 2
+                j = mid - lag
+                if clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) >= arrival:
+                    hi = mid
+                else:
+                    k = mid + 1
+            return k
+
+        k_arr = arrives(1)
+        if not absorb:
+            kmax = min(kmax, k_arr)  # the arrival may be admitted: the loop takes that step
+            k_arr = kmax
+        ev = sorted(j for j in events if j < kmax)
+        ev.append(kmax)
+        ei = 0
         nw = len(waiting)
         nf = -1  # the pool's books, read again after a step with events
         k = 0
         while k < kmax:
-            if k and arrival is not None and arrival <= ((launched if async_ else clock) if timed else s + k):
-                if not absorb:
-                    break  # it may be admitted: the loop takes this step
+            if k == k_arr:  # requests arriving now queue behind a head that cannot be admitted
                 seen_by = (launched if async_ else clock) if timed else s + k  # the loop's rule
                 while arrival is not None and arrival <= seen_by:
                     st = pending[nxt]
@@ -180,10 +216,11 @@ class Quiet:
                     arrival = (None if nxt == n_pending else
                                pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
                 nw = len(waiting)
-            todo = events[k]
-            if todo:
+                k_arr = arrives(k + 1)
+            if ev[ei] == k:
+                ei += 1
                 done = -1
-                for i in todo:
+                for i in events[k]:
                     if i == done:
                         continue
                     done = i
@@ -201,29 +238,62 @@ class Quiet:
                 nf, entries, internal = pool.num_free, mgr.entries, mgr.internal
                 u = 1.0 - nf / capacity
                 permille = round(u * 1000)
-            held_c += n
-            steps += 1
-            usage_sum += u  # in the loop's order: the same float sum
-            sum_free += nf
-            sum_entries += entries
-            sum_c += held_c
-            sum_int += internal
-            if tl_every and steps % tl_every == 0:
-                timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, 0)))
-                tl_every = thin(timeline, points, tl_every)
-            ps_running.append(n)
-            ps_usage.append(permille)
-            ps_tokens.append(n)
-            ps_waiting.append(nw)
-            launched = clock
+            stop = ev[ei] if ev[ei] < k_arr else k_arr  # steps k .. stop - 1 have the same figures
+            if stop == k + 1:  # most often (a crossing every few steps): the loop's own step
+                held_c += n
+                steps += 1
+                usage_sum += u
+                sum_free += nf
+                sum_entries += entries
+                sum_c += held_c
+                sum_int += internal
+                if tl_every and steps % tl_every == 0:
+                    timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, 0)))
+                    tl_every = thin(timeline, points, tl_every)
+                ps_running.append(n)
+                ps_usage.append(permille)
+                ps_tokens.append(n)
+                ps_waiting.append(nw)
+                launched = clock
+                if step_model is not None:
+                    ps_start.append(clock)
+                    kv += n
+                    clock += base + pt * kv
+                k = stop
+                continue
+            g = stop - k
+            h0 = held_c
+            held_c += n * g
+            before = steps
+            steps += g
+            usage_sum = reduce(add, repeat(u, g), usage_sum)  # in the loop's order: the same float sum
+            sum_free += g * nf
+            sum_entries += g * entries
+            sum_c += g * h0 + n * g * (g + 1) // 2
+            sum_int += g * internal
+            # step k + j starts at clock + j * base + pt * (j * kv + n * j * (j + 1) // 2)
+            if tl_every:
+                at = (before // tl_every + 1) * tl_every
+                while at <= steps:
+                    j = at - before - 1
+                    timeline.append((s + k + j, clock + j * base + pt * (j * kv + n * j * (j + 1) // 2),
+                                     *split(books, 1, nf, entries, h0 + n * (j + 1), internal, 0)))
+                    tl_every = thin(timeline, points, tl_every)
+                    at = (at // tl_every + 1) * tl_every
+            ps_running += [n] * g
+            ps_usage += [permille] * g
+            ps_tokens += [n] * g
+            ps_waiting += [nw] * g
             if step_model is not None:
-                ps_start.append(clock)
-                kv += n
-                duration = base + per_token * kv
-                busy += duration
-                clock += duration
-            k += 1
-        out.free, out.entries, out.computed, out.internal, out.busy = sum_free, sum_entries, sum_c, sum_int, busy
+                ps_start += [clock + j * base + pt * (j * kv + n * j * (j + 1) // 2) for j in range(g)]
+                j = g - 1
+                launched = clock + j * base + pt * (j * kv + n * j * (j + 1) // 2)
+                clock += g * base + pt * (g * kv + n * g * (g + 1) // 2)
+                kv += n * g
+            else:
+                launched = clock
+            k = stop
+        out.free, out.entries, out.computed, out.internal, out.busy = sum_free, sum_entries, sum_c, sum_int, clock - clock0
         for i, r in enumerate(running):
             r.num_computed, r.num_tokens = c0s[i] + k, nt0s[i] + k
             r.generated += k

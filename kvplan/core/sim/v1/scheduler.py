@@ -370,8 +370,11 @@ class _Sim:
                     r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
                 if not stale and r.placeholders:
                     r.placeholders -= 1
-                    if caching and r.tracked:  # file the blocks its processed tokens filled
-                        mgr.cache_blocks(r, min(r.num_computed - r.in_flight, r.num_tokens))
+                    if caching and r.tracked:  # file the blocks its processed tokens filled (a call only when one
+                        # more block is full: every group holds as many filed blocks, ncached, as the first)
+                        filled = min(r.num_computed - r.in_flight, r.num_tokens)
+                        if filled >= (r.ncached[0] + 1) * hash_block:
+                            mgr.cache_blocks(r, filled)
                 if r.num_tokens >= mml or r.generated >= r.max_tokens:
                     r.finish_step = at
                     r.finish_ps = end_clock

@@ -175,9 +175,10 @@ class _Sim:
                     nr, k = len(running), q.steps
                     s += k
                     steps += k
-                    run_sum += nr * k
-                    generated += nr * k
-                    peak = max(peak, nr)
+                    run_sum += q.run_sum
+                    generated += q.run_sum  # a token for each running request at each step
+                    completed += q.completed
+                    peak = max(peak, q.peak)
                     clock, launched, held_c, tl_every, in_flight = q.clock, q.launched, q.held_c, q.tl_every, q.batch
                     usage_sum = q.usage
                     sum_free += q.free

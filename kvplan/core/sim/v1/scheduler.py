@@ -176,8 +176,11 @@ class _Sim:
                     s += k
                     steps += k
                     run_sum += q.run_sum
-                    generated += q.run_sum  # a token for each running request at each step
+                    generated += q.generated
                     completed += q.completed
+                    gpu_hit += q.gpu_hit
+                    recomputed += q.recomputed
+                    sum_ext += q.external
                     peak = max(peak, q.peak)
                     clock, launched, held_c, tl_every, in_flight = q.clock, q.launched, q.held_c, q.tl_every, q.batch
                     usage_sum = q.usage
@@ -393,6 +396,7 @@ class _Sim:
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
         self.quiet_stretches = quiet.count
+        self.quiet_counts = (quiet.steps, quiet.admitted, quiet.stopped)
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,

@@ -334,6 +334,8 @@ class KVCacheManager:
         else:
             self._book(r, end)
         if self.caching:
+            if known >= (len(r.hasher.keys) + 1) * self.hash_block:  # the keys of its blocks known now
+                r.hasher.extend(known)
             self.cache_blocks(r, min(end, known))
 
     def grow_one(self, r: ReqState, end: int, known: int) -> None:
@@ -360,7 +362,10 @@ class KVCacheManager:
         else:
             self._book(r, end)
         if self.caching:
-            keys = r.hasher.keys
+            hasher = r.hasher
+            keys = hasher.keys
+            if known >= (len(keys) + 1) * block:  # the keys of its blocks known now (BlockHasher.extend)
+                hasher.extend(known)
             full = min(end, known, len(keys) * block) // block
             j = r.ncached[0]
             if full > j:

@@ -132,8 +132,10 @@ class Quiet:
                 heappush(heap, j)
         if self.caching:
             jc = max(start, (r.ncached[0] + 1) * hb - nt0)
-            if jc < lim:  # a step that is also a crossing lists the request twice: the stretch takes it once
+            if jc < lim:  # a crossing files the blocks too (grow): a step that is both is filed once
                 for j in (jc, *range(((nt0 + jc) // hb + 1) * hb - nt0, lim, hb)):
+                    if j >= ja and (j - ja) % B == 0:
+                        continue
                     if j in events:
                         events[j].append(i)
                     else:

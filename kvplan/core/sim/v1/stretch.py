@@ -160,14 +160,14 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     continue
                 done = i
                 r = running[i]
-                end, nt = c0s[i] + k + 1, nt0s[i] + k
-                r.num_computed, r.num_tokens = end - 1, nt
-                if caching and nt >= (len(r.hasher.keys) + 1) * hb:
-                    r.hasher.extend(nt)
+                end, nt = c0s[i] + k + 1, nt0s[i] + k  # (its counts are written when the stretch ends)
                 if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
-                    grow(r, end, nt)  # the pool has the blocks (checked above)
-                elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
-                    mgr.cache_blocks(r, min(end, nt))
+                    grow(r, end, nt)  # the pool has the blocks (checked above); its new keys hashed there
+                else:  # a block filled: file it
+                    if nt >= (len(r.hasher.keys) + 1) * hb:
+                        r.hasher.extend(nt)
+                    if min(end, nt) >= (r.ncached[0] + 1) * hb:
+                        mgr.cache_blocks(r, min(end, nt))
             nf = -1
         sched = n
         if stopping is not None and async_:  # their last token is in flight: not scheduled

@@ -343,15 +343,7 @@ class KVCacheManager:
         (BlockPool.get_new's eviction and insert inlined; one per block a decode crosses, the simulator's most
         frequent pool operation)."""
         pool = self.pool
-        plain = pool.plain
-        if plain:
-            b = plain.popleft()
-        else:
-            b = pool.cached_free.popitem(last=False)[0]
-            if pool.key[b] is not None:
-                pool._drop_hash(b)
-                pool.evicted += 1
-        pool.ref[b] = 1
+        b = pool.take()
         blocks = r.blocks[0]
         blocks.append(b)
         block = self.sizes[0]

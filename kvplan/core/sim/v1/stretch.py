@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from functools import reduce
 from heapq import heappop, heappush
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import add
 
 from kvplan.core.sim.v1.shares import split, thin
@@ -122,7 +122,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     nw = len(waiting)
     gone = False  # a request stopped: the running list is rebuilt at the end
     firsts = None  # (step, requests): async, requests admitted the step before, whose first token comes now
-    last_adm: list = []  # the batch items of requests admitted at the last step (its batch in flight)
+    last_adm: tuple | list = ()  # the batch items of requests admitted at the last step (its batch in flight)
     nf = -1  # the pool's books, read again after a step that changed them
     k = 0
     while k < kcap:
@@ -261,17 +261,18 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     ps_start.append(clock)
                     launched = clock
                     duration = base + pt * (kv + n)
-                else:
-                    ps_start += [clock + j * base + pt * (j * kv + n * j * (j + 1) // 2) for j in range(g)]
-                    j = g - 1
-                    launched = clock + j * base + pt * (j * kv + n * j * (j + 1) // 2)
-                    duration = g * base + pt * (g * kv + n * g * (g + 1) // 2)
+                else:  # step j lasts d0 + j * pt * n: the starts are their running sums, from clock
+                    d0, dd = base + pt * (kv + n), pt * n
+                    ps_start += (accumulate(range(d0, d0 + dd * (g - 1), dd), initial=clock) if dd else
+                                 accumulate(repeat(d0, g - 1), initial=clock))
+                    launched = ps_start[-1]
+                    duration = g * d0 + dd * (g * (g - 1) // 2)
                 busy += duration
                 clock += duration
             else:
                 launched = clock
             kv += n * g
-            last_adm = []
+            last_adm = ()
             k = stop
             continue
         # ---- a step where requests stop, are admitted or see their first token: the loop's own figures ----
@@ -347,8 +348,9 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
             n -= len(stopping)
             gone = True
             nf = -1
-        last_adm = []
+        last_adm = ()
         if adm is not None:
+            last_adm = []
             nf = -1
             ends = bool(waiting)  # a request left waiting: the loop's rules decide from here
             for r, num, samples in adm:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from functools import reduce
 from heapq import heappop, heappush
 from itertools import accumulate, repeat
+from math import sqrt
 from operator import add
 
 from kvplan.core.sim.v1.shares import split, thin
@@ -33,28 +34,36 @@ def arrives(k: int, hi: int, arrival: int | None, timed: bool, s: int, lag: int,
             pt: int, kv0: int, n: int) -> int:
     """The first step from k (above k0 when async) before hi whose check sees the next arrival, or hi: the loop
     sees it by the start of the batch in flight (async, ``lag`` 1) or the clock (sync), or by the step number
-    (untimed). From step k0 on, step k0 + j starts at clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2)."""
+    (untimed). From step k0 on, step k0 + j starts at clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2):
+    the quadratic's root in floats, then the exact step by integers."""
     if arrival is None:
         return hi
     if not timed:
         return min(max(k, arrival - s), hi)
-    step = 1  # gallop from k, then bisect: the arrival is most often a few steps away
-    while k < hi:
-        probe = min(k + step - 1, hi - 1)
-        j = probe - lag - k0
-        if clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) >= arrival:
-            hi = probe
-            break
-        k = probe + 1
-        step *= 2
-    while k < hi:
-        mid = (k + hi) // 2
-        j = mid - lag - k0
-        if clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) >= arrival:
-            hi = mid
-        else:
-            k = mid + 1
-    return min(k, hi)
+    j = k - lag - k0
+    if clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) >= arrival:
+        return min(k, hi)
+    lo = j  # the start at step k0 + lo is before the arrival
+    a = pt * n / 2
+    b = base + pt * kv0 + a
+    c = clock0 - arrival
+    if a > 0:
+        x = (-b + sqrt(b * b - 4 * a * c)) / (2 * a)
+    elif b > 0:
+        x = -c / b
+    else:
+        return hi  # the clock stands still
+    top = hi - lag - k0
+    if x > top + 2:
+        return hi
+    j = max(lo + 1, int(x))
+    while clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) < arrival:
+        if j >= top:
+            return hi
+        j += 1
+    while j - 1 > lo and clock0 + (j - 1) * base + pt * ((j - 1) * kv0 + n * (j - 1) * j // 2) >= arrival:
+        j -= 1
+    return min(j + lag + k0, hi)
 
 
 class Stretch:

@@ -390,8 +390,9 @@ class _Sim:
                         finished = set()
                     finished.add(r.index)
             if finished:
+                before = len(running)
                 running = [r for r in running if r.index not in finished]
-                if async_ and any(r.index in finished for r in waiting):  # a stale token ended a preempted one
+                if async_ and before - len(running) < len(finished):  # a stale token ended a preempted one
                     waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")

@@ -1,18 +1,19 @@
-"""Quiet stretches of vLLM v1's loop, advanced without walking every running request at every step.
+"""Quiet stretches of vLLM v1's loop: where one starts, and the steps each request's events fall on.
 
-A stretch starts at a step where nothing waits, every running request decodes (its first token sampled; under
-async scheduling one token in flight, none stale) and none is within three tokens of its stop. While no request
-arrives, each schedule() gives every running request one token in running order and update_from_output() returns
-one token to each, so a step's figures follow from the stretch's start: n requests running, n tokens scheduled,
-n more computed tokens, the step time of the computed tokens. A request touches the pool only when its next
-token needs a block or fills one (every block_size steps): those events run through the manager's own calls
-(allocate_slots, cache_blocks) in the loop's order, step by step and in running order within a step, so the
-pool hands out the same blocks and files the same hashes. The stretch ends before the step that would see an
-arrival, finish a request or find the pool short; the loop goes on from there step by step.
+A stretch starts at a step where every running request decodes (its first token sampled; under async scheduling
+one token in flight, none stale) and nothing waits, or nothing waiting could be admitted (max_num_seqs run, or
+the head of the queue is short of blocks without prefix caching). From there each schedule() gives every running
+request one token in running order and update_from_output() returns one to each, so a request's counts at any
+step follow from the stretch's start, and it touches the pool only when a token needs a block or fills one
+(every block_size steps), when it stops, or when it is admitted. stretch.py advances the stretch from event to
+event through the manager's own calls in the loop's order, so the pool hands out the same blocks and files the
+same hashes; arrivals are admitted inside it and requests stop inside it (where nothing could be admitted, it
+ends before the first stop instead, as arrivals only queue).
 
 Where: every KV cache group full attention with one block size (no window frees, no per-sequence state), or a
-contiguous allocator; no CPU tier. Same results as the step-by-step loop, to the block id: the tests run both
-(``simulate_v1(..., fast_path=False)``) over random workloads, sync and async, with prefix caching.
+contiguous allocator (no admissions inside; a crossing ends the stretch); no CPU tier. Same results as the
+step-by-step loop, to the block id: the tests run both (``simulate_v1(..., fast_path=False)``) over random
+workloads, sync and async, with prefix caching.
 """
 
 from __future__ import annotations

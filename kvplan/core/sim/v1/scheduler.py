@@ -107,7 +107,7 @@ class _Sim:
     def run(self) -> V1Result:
         # One function on purpose: a measured hot loop (benchmarks/bench_v1.py, bench_default_path.py). Its state
         # lives in local variables, since an attribute read is a dictionary lookup and a call one more frame, for
-        # every request at every step; the stretches without admissions run in quiet.py, the pool's rules in
+        # every request at every step; steady decode stretches run in stretch.py, the pool's rules in
         # manager.py, and the invariants are checked from outside (_check, tests only).
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
         books = mgr.books
@@ -167,7 +167,7 @@ class _Sim:
                 waiting.append(st)
                 nxt += 1
 
-            if use_quiet and running:  # a quiet stretch of decode steps at once (quiet.py)
+            if use_quiet and running:  # a quiet stretch, event to event (quiet.py, stretch.py)
                 q = quiet.run(running, waiting, pending, nxt, in_flight, s, clock, launched, held_c, steps, tl_every,
                               usage_sum)
                 if q is not None:

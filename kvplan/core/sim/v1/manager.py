@@ -339,16 +339,18 @@ class KVCacheManager:
             self.cache_blocks(r, min(end, known))
 
     def grow_one(self, r: ReqState, end: int, known: int) -> None:
-        """``grow`` where the pool has one group: the same block, books and filings, without a call per step of it
-        (BlockPool.get_new's eviction and insert inlined; one per block a decode crosses, the simulator's most
-        frequent pool operation)."""
+        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.take,
+        BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent pool operation."""
         pool = self.pool
         b = pool.take()
         blocks = r.blocks[0]
         blocks.append(b)
         block = self.sizes[0]
         cap = r.cap_tokens = len(blocks) * block
-        if cap < min(r.prompt_len + r.max_tokens, self.mml) - 1:  # not its last block: no internal waste yet
+        last = r.prompt_len + r.max_tokens
+        if last > self.mml:
+            last = self.mml
+        if cap < last - 1:  # not its last block: no internal waste yet
             self.entries += 1
             r.entries += 1
         else:
@@ -358,7 +360,12 @@ class KVCacheManager:
             keys = hasher.keys
             if known >= (len(keys) + 1) * block:  # the keys of its blocks known now (BlockHasher.extend)
                 hasher.extend(known)
-            full = min(end, known, len(keys) * block) // block
+            full = len(keys) * block  # min(end, known, the keyed tokens)
+            if end < full:
+                full = end
+            if known < full:
+                full = known
+            full //= block
             j = r.ncached[0]
             if full > j:
                 key, group, cache = pool.key, pool.group, pool.caches[0]

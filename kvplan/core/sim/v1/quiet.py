@@ -134,7 +134,10 @@ class Quiet:
         if self.caching:
             jc = max(start, (r.ncached[0] + 1) * hb - nt0)
             if jc < lim:  # a crossing files the blocks too (grow): a step that is both is filed once
-                for j in (jc, *range(((nt0 + jc) // hb + 1) * hb - nt0, lim, hb)):
+                jf = ((nt0 + jc) // hb + 1) * hb - nt0
+                if (jf - ja) % B == 0 and ja < lim:  # (B = hb) from ja on every filing is a crossing's
+                    lim = ja
+                for j in (jc, *range(jf, lim, hb)):
                     if j >= ja and (j - ja) % B == 0:
                         continue
                     if j in events:

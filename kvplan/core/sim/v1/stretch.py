@@ -130,7 +130,6 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     peak = n
     nw = len(waiting)
     gone = False  # a request stopped: the running list is rebuilt at the end
-    firsts = None  # (step, requests): async, requests admitted the step before, whose first token comes now
     last_adm: tuple | list = ()  # the batch items of requests admitted at the last step (its batch in flight)
     nf = -1  # the pool's books, read again after a step that changed them
     k = 0
@@ -224,7 +223,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
             entries, internal = mgr.entries, mgr.internal
             u = 1.0 - nf / capacity
             permille = round(u * 1000)
-        if firsts is None and stopping is None and adm is None:
+        if stopping is None and adm is None:
             # steps k .. stop - 1 have the same figures
             stop = heap[0] if heap else kcap
             if k_arr < stop:
@@ -322,12 +321,6 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
         k += 1
         # update_from_output(): the batch of the step before (async) or this one (sync), in running order
         generated += n if async_ else sched
-        if firsts is not None:  # async: the first token of the requests admitted the step before
-            for i in firsts:
-                r = running[i]
-                r.first_token_step, r.first_token_ps = s + k - 2, launched
-                r.in_flight = 1
-            firsts = None
         if stopping is not None:  # their last token; blocks freed in running order
             if check is not None:  # the invariants at this step, as the loop checks them (tests only)
                 for i, r in enumerate(running):
@@ -390,11 +383,10 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     if samples:
                         kcap = q.plan(i, r, r.num_computed - k, r.num_tokens - k, r.generated - k, k, kcap, True,
                                       events, needs, stops, heap)
-                        if async_:
-                            firsts = [*(firsts or ()), i]
+                        if async_:  # its first token, processed at the next step (undone below if none comes)
+                            r.first_token_step, r.first_token_ps = s + k - 1, clock
+                            r.in_flight = 1
                 last_adm.append((r, num, samples))
-            if firsts is not None:
-                heappush(heap, k)
             if ends:
                 break
         if not n:
@@ -433,6 +425,9 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     q.stopped += completed
     q.admitted += admitted_in
     if async_:
+        for r, num, samples in last_adm:  # admitted at the last step: their first token is still in flight
+            if samples and r.finish_step < 0:
+                r.first_token_step, r.first_token_ps, r.in_flight = -1, 0, num
         joined = {id(it[0]) for it in last_adm}
         out.batch = ([*((r, 1, True) for r in running if id(r) not in joined), *last_adm], s + k - 1, clock)
     else:

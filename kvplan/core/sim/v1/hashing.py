@@ -32,8 +32,20 @@ class BlockHasher:
         """Key every full block of the first ``num_tokens`` tokens."""
         h, keys, segs = self.h, self.keys, self.segs
         need = num_tokens // h
-        if len(keys) >= need:
+        have = len(keys)
+        if have >= need:
             return
+        if have + 1 == need:  # one more block, most often inside one segment (a decode's)
+            seg, n = segs[self.seg_i]
+            off = self.seg_off
+            if n - off >= h:
+                keys.append(hash((keys[-1] if have else ROOT_KEY, seg, off)))
+                off += h
+                if off == n:
+                    self.seg_i += 1
+                    off = 0
+                self.seg_off = off
+                return
         prev = keys[-1] if keys else ROOT_KEY
         i, off = self.seg_i, self.seg_off
         while len(keys) < need:

@@ -334,7 +334,54 @@ class KVCacheManager:
         else:
             self._book(r, end)
         if self.caching:
+            if known >= (len(r.hasher.keys) + 1) * self.hash_block:  # the keys of its blocks known now
+                r.hasher.extend(known)
             self.cache_blocks(r, min(end, known))
+
+    def grow_one(self, r: ReqState, end: int, known: int) -> None:
+        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.take,
+        BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent pool operation."""
+        pool = self.pool
+        b = pool.take()
+        blocks = r.blocks[0]
+        blocks.append(b)
+        block = self.sizes[0]
+        cap = r.cap_tokens = len(blocks) * block
+        last = r.prompt_len + r.max_tokens
+        if last > self.mml:
+            last = self.mml
+        if cap < last - 1:  # not its last block: no internal waste yet
+            self.entries += 1
+            r.entries += 1
+        else:
+            self._book(r, end)
+        if self.caching:
+            hasher = r.hasher
+            keys = hasher.keys
+            if known >= (len(keys) + 1) * block:  # the keys of its blocks known now (BlockHasher.extend)
+                hasher.extend(known)
+            full = len(keys) * block  # min(end, known, the keyed tokens)
+            if end < full:
+                full = end
+            if known < full:
+                full = known
+            full //= block
+            j = r.ncached[0]
+            if full > j:
+                key, group, cache = pool.key, pool.group, pool.caches[0]
+                while j < full:
+                    blk, k = blocks[j], keys[j]
+                    if blk and (key[blk] != k or group[blk]):  # BlockPool.insert, inlined
+                        key[blk], group[blk] = k, 0
+                        held = cache.get(k)
+                        if held is None:
+                            cache[k] = blk
+                        elif held.__class__ is int:
+                            cache[k] = [held, blk]
+                        else:
+                            held.append(blk)
+                    j += 1
+                r.ncached[0] = full
 
     def _book(self, r: ReqState, computed: int) -> None:
         """r's table entries and internal fragmentation in the memory books, once it has computed ``computed``

@@ -63,6 +63,27 @@ class BlockPool:
             out.append(b)
         return out
 
+    def take(self) -> int:
+        """get_new(1)'s block, with ref 1: the simulator's most frequent pool call (a decode crossing a block)."""
+        if self.plain:
+            b = self.plain.popleft()
+        else:
+            b = self.cached_free.popitem(last=False)[0]
+            k = self.key[b]
+            if k is not None:  # _drop_hash, inlined
+                self.key[b] = None
+                cache = self.caches[self.group[b]]
+                held = cache[k]
+                if held == b:
+                    del cache[k]
+                else:
+                    held.remove(b)  # type: ignore[union-attr]
+                    if len(held) == 1:  # type: ignore[arg-type]
+                        cache[k] = held[0]  # type: ignore[index]
+                self.evicted += 1
+        self.ref[b] = 1
+        return b
+
     def _drop_hash(self, b: int) -> None:
         k = self.key[b]
         self.key[b] = None

@@ -1,37 +1,30 @@
-"""Quiet stretches of vLLM v1's loop, advanced without walking every running request at every step.
+"""Quiet stretches of vLLM v1's loop: where one starts, and the steps each request's events fall on.
 
-A stretch starts at a step where nothing waits, every running request decodes (its first token sampled; under
-async scheduling one token in flight, none stale) and none is within three tokens of its stop. While no request
-arrives, each schedule() gives every running request one token in running order and update_from_output() returns
-one token to each, so a step's figures follow from the stretch's start: n requests running, n tokens scheduled,
-n more computed tokens, the step time of the computed tokens. A request touches the pool only when its next
-token needs a block or fills one (every block_size steps): those events run through the manager's own calls
-(allocate_slots, cache_blocks) in the loop's order, step by step and in running order within a step, so the
-pool hands out the same blocks and files the same hashes. The stretch ends before the step that would see an
-arrival, finish a request or find the pool short; the loop goes on from there step by step.
+A stretch starts at a step where every running request decodes (its first token sampled; under async scheduling
+one token in flight, none stale) and nothing waits, or nothing waiting could be admitted (max_num_seqs run, or
+the head of the queue is short of blocks without prefix caching). From there each schedule() gives every running
+request one token in running order and update_from_output() returns one to each, so a request's counts at any
+step follow from the stretch's start, and it touches the pool only when a token needs a block or fills one
+(every block_size steps), when it stops, or when it is admitted. stretch.py advances the stretch from event to
+event through the manager's own calls in the loop's order, so the pool hands out the same blocks and files the
+same hashes; arrivals are admitted inside it and requests stop inside it (where nothing could be admitted, it
+ends before the first stop instead, as arrivals only queue).
 
 Where: every KV cache group full attention with one block size (no window frees, no per-sequence state), or a
-contiguous allocator; no CPU tier. Same results as the step-by-step loop, to the block id: the tests run both
-(``simulate_v1(..., fast_path=False)``) over random workloads, sync and async, with prefix caching.
+contiguous allocator (no admissions inside; a crossing ends the stretch); no CPU tier. Same results as the
+step-by-step loop, to the block id: the tests run both (``simulate_v1(..., fast_path=False)``) over random
+workloads, sync and async, with prefix caching.
 """
 
 from __future__ import annotations
 
+from heapq import heappush
+
 from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.inputs import FULL
-from kvplan.core.sim.v1.shares import split, thin
 from kvplan.core.sim.v1.state import ReqState
+from kvplan.core.sim.v1.stretch import MARGIN, MIN_STEPS, Stretch, advance
 
-MIN_STEPS = 2  # a shorter stretch costs more to set up than the steps it saves
-MARGIN = 1  # the step whose output stops a request runs in the loop
-
-
-class Stretch:
-    """What a stretch did: its steps, where the clock and the batch in flight are after it, and the sums the
-    loop keeps over counted steps."""
-
-    __slots__ = ("batch", "busy", "clock", "computed", "entries", "free", "held_c", "internal", "launched",
-                 "nxt", "steps", "tl_every", "usage")
 
 
 class Quiet:
@@ -56,9 +49,16 @@ class Quiet:
             self.block = sizes.pop() if len(sizes) == 1 else 0
             self.per_crossing = len(mgr.kinds)  # a block in each group when a token needs a new one
         self.usable = self.usable and sim.fast and sim.cpu is None
+        # a request may stop inside a stretch where its last step is the loop's plain one: sync scheduling, or async
+        # that skips a request whose last token is in flight (0.11.0 computes one token more: the loop takes it)
+        self.finishes = not self.async_ or cfg.rules.async_skip_last_in_flight
+        self.last = 0 if self.async_ else 1  # a stopping request's last scheduled step: the one before (async)
         self.max_seqs, self.budget = cfg.max_num_seqs, cfg.max_num_batched_tokens
         self.lpt = cfg.long_prefill_token_threshold
-        self.count = 0  # stretches taken (the tests check some are)
+        self.per_prefill = sim.inputs.step_model.per_prefill_token_ps if sim.inputs.step_model is not None else 0
+        # stretches taken, the steps they advanced, the requests admitted and stopped inside (the tests check them)
+        self.count = self.steps = self.admitted = self.stopped = 0
+        self.check = sim._check if sim.check else None
 
     def _admits_none(self, running: list[ReqState], waiting) -> bool:
         """Whether no waiting request can be admitted at any step of a stretch starting here: max_num_seqs run,
@@ -75,18 +75,21 @@ class Quiet:
             num = self.lpt
         return self.mgr.admission_short(head, min(num, self.budget - n), self.pool.num_free)
 
-    def _bound(self, running: list[ReqState], batch) -> int:
-        """Steps before a running request stops, or 0 where a request is not in a steady decode."""
+    def _bound(self, running: list[ReqState], batch, finishes: bool) -> int:
+        """Steps before a running request stops (``finishes``: before the last one has stopped), or 0 where a
+        request is not in a steady decode."""
         mml, async_ = self.mml, self.async_
-        kmax = 1 << 62
+        kmin, kmax = 1 << 62, 0
         lag = 0 if async_ else 1  # computed tokens behind the known ones: async counts the token in flight
         for r in reversed(running):  # the newest, at the end, are the likeliest still in prefill
             if r.num_tokens - r.num_computed != lag or r.first_token_step < 0:
                 return 0
-            left = min(r.max_tokens - r.generated, mml - r.num_tokens) - MARGIN
-            if left < kmax:
-                if left < MIN_STEPS:
+            left = min(r.max_tokens - r.generated, mml - r.num_tokens)  # its output at step left - 1 stops it
+            if left < kmin:
+                if left < MIN_STEPS + MARGIN * (not finishes):
                     return 0
+                kmin = left
+            if left > kmax:
                 kmax = left
         if async_:  # the batch in flight: one token for each running request, in running order (and the
             # requests it finished, whose outputs update_from_output skips)
@@ -98,140 +101,55 @@ class Quiet:
             for (q, num, samples), r in zip(items, running):
                 if q is not r or num != 1 or not samples or r.placeholders != 1 or r.stale or r.in_flight != 1:
                     return 0
-        return kmax
+        return kmax if finishes else kmin - MARGIN
 
-    def _events(self, running: list[ReqState], kmax: int) -> tuple[list[list[int]], int]:
-        """Per step, the running requests (by index) whose token needs a block or fills one, in running order;
-        the steps the pool's free blocks last."""
-        B, hb, caching = self.block, self.hash_block, self.caching
-        events: list[list[int]] = [[] for _ in range(kmax)]
-        needs = [0] * kmax
-        for i, r in enumerate(running):
-            c0, nt0 = r.num_computed, r.num_tokens
-            ja = r.cap_tokens - c0  # the step whose token is past the blocks held
-            if not B:  # a contiguous region holds every token: a crossing ends the stretch there
-                if ja < kmax:
-                    kmax = max(ja, 0)
-                    del events[kmax:], needs[kmax:]
-                ja = kmax
-            for j in range(ja, kmax, B or 1):
+    def plan(self, i: int, r: ReqState, c0: int, nt0: int, g0: int, start: int, kcap: int, finishes: bool,
+             events: dict[int, list[int]], needs: dict[int, int], stops: dict[int, list[int]], heap: list[int]) -> int:
+        """File request i's steps with events from step ``start`` on, where at step j's start it has computed
+        c0 + j tokens, knows nt0 + j and has generated g0 + j: the steps its token needs a block (``needs``: blocks
+        asked, ``events``) or fills one (``events``, in running order), and (``finishes``) the step whose output
+        stops it (``stops``); each such step pushed on ``heap``. Returns ``kcap``, or the step a contiguous region's
+        end stops the stretch at."""
+        B, hb = self.block, self.hash_block
+        lim = kcap
+        if finishes:
+            k = min(r.max_tokens - g0, self.mml - nt0) - 1
+            if k in stops:
+                stops[k].append(i)
+            else:
+                stops[k] = [i]
+            heappush(heap, k)
+            lim = min(kcap, k + self.last)
+        ja = r.cap_tokens - c0  # the step whose token is past the blocks held
+        if not B:  # a contiguous region holds every token: a crossing ends the stretch there
+            return max(ja, 0) if ja < lim else kcap
+        for j in range(ja, lim, B):
+            if j in events:
                 events[j].append(i)
                 needs[j] += 1
-            if caching:
-                jc = max(0, (r.ncached[0] + 1) * hb - nt0)
-                if jc < kmax:  # a step that is also a crossing lists the request twice: run() takes it once
-                    events[jc].append(i)
-                    for j in range(((nt0 + jc) // hb + 1) * hb - nt0, kmax, hb):
+            else:
+                events[j] = [i]
+                needs[j] = 1
+                heappush(heap, j)
+        if self.caching:
+            jc = max(start, (r.ncached[0] + 1) * hb - nt0)
+            if jc < lim:  # a crossing files the blocks too (grow): a step that is both is filed once
+                jf = ((nt0 + jc) // hb + 1) * hb - nt0
+                if (jf - ja) % B == 0 and ja < lim:  # (B = hb) from ja on every filing is a crossing's
+                    lim = ja
+                for j in (jc, *range(jf, lim, hb)):
+                    if j >= ja and (j - ja) % B == 0:
+                        continue
+                    if j in events:
                         events[j].append(i)
-        free, per = self.pool.num_free, self.per_crossing
-        used = 0
-        for j in range(kmax):
-            used += needs[j] * per
-            if used > free:
-                return events, j
-        return events, kmax
+                    else:
+                        events[j] = [i]
+                        needs[j] = 0
+                        heappush(heap, j)
+        return kcap
 
     def run(self, running: list[ReqState], waiting, pending: list[ReqState], nxt: int, batch, s: int, clock: int,
             launched: int, held_c: int, steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
-        """Advance a quiet stretch from step ``s``; None where none starts here (the loop takes the step).
-        Requests that arrive in it join ``waiting`` where none can be admitted; otherwise the first ends it.
-        One function on purpose: its step loop is the simulator's hottest (benchmarks/bench_default_path.py), with
-        the pool's books re-read only after a step with events."""
-        absorb = self._admits_none(running, waiting)
-        if waiting and not absorb:
-            return None
-        kmax = self._bound(running, batch)
-        if kmax < MIN_STEPS:
-            return None
-        events, kmax = self._events(running, kmax)
-        if kmax < MIN_STEPS:
-            return None
-        mgr, pool, books, capacity = self.mgr, self.pool, self.books, self.capacity
-        grow = mgr.grow if self.block else None
-        caching, hb = self.caching, self.hash_block
-        step_model, timed, async_ = self.step_model, self.timed, self.async_
-        ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = self.ps
-        timeline, points = self.timeline, self.points
-        n = len(running)
-        c0s = [r.num_computed for r in running]
-        nt0s = [r.num_tokens for r in running]
-        kv0 = sum(c0s)
-        out = Stretch()
-        sum_free = sum_entries = sum_c = sum_int = busy = 0
-        n_pending = len(pending)
-        arrival = (None if nxt == n_pending else
-                   pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
-        base, per_token = (step_model.base_ps, step_model.per_token_ps) if step_model is not None else (0, 0)
-        kv = kv0  # the computed tokens a step's batch reads (StepModel.duration, no prefill in a stretch)
-        nw = len(waiting)
-        nf = -1  # the pool's books, read again after a step with events
-        k = 0
-        while k < kmax:
-            if k and arrival is not None and arrival <= ((launched if async_ else clock) if timed else s + k):
-                if not absorb:
-                    break  # it may be admitted: the loop takes this step
-                seen_by = (launched if async_ else clock) if timed else s + k  # the loop's rule
-                while arrival is not None and arrival <= seen_by:
-                    st = pending[nxt]
-                    st.arrival_step = s + k
-                    st.arrival_ps = st.req.arrival_ps if timed else clock
-                    waiting.append(st)
-                    nxt += 1
-                    arrival = (None if nxt == n_pending else
-                               pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
-                nw = len(waiting)
-            todo = events[k]
-            if todo:
-                done = -1
-                for i in todo:
-                    if i == done:
-                        continue
-                    done = i
-                    r = running[i]
-                    end, nt = c0s[i] + k + 1, nt0s[i] + k
-                    r.num_computed, r.num_tokens = end - 1, nt
-                    if caching and nt >= (len(r.hasher.keys) + 1) * hb:
-                        r.hasher.extend(nt)
-                    if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
-                        grow(r, end, nt)  # the pool's free blocks were counted (_events)
-                    elif caching and min(end, nt) >= (r.ncached[0] + 1) * hb:
-                        mgr.cache_blocks(r, min(end, nt))
-                nf = -1
-            if nf < 0:
-                nf, entries, internal = pool.num_free, mgr.entries, mgr.internal
-                u = 1.0 - nf / capacity
-                permille = round(u * 1000)
-            held_c += n
-            steps += 1
-            usage_sum += u  # in the loop's order: the same float sum
-            sum_free += nf
-            sum_entries += entries
-            sum_c += held_c
-            sum_int += internal
-            if tl_every and steps % tl_every == 0:
-                timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, 0)))
-                tl_every = thin(timeline, points, tl_every)
-            ps_running.append(n)
-            ps_usage.append(permille)
-            ps_tokens.append(n)
-            ps_waiting.append(nw)
-            launched = clock
-            if step_model is not None:
-                ps_start.append(clock)
-                kv += n
-                duration = base + per_token * kv
-                busy += duration
-                clock += duration
-            k += 1
-        out.free, out.entries, out.computed, out.internal, out.busy = sum_free, sum_entries, sum_c, sum_int, busy
-        for i, r in enumerate(running):
-            r.num_computed, r.num_tokens = c0s[i] + k, nt0s[i] + k
-            r.generated += k
-            if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
-                r.hasher.extend(r.num_tokens)
-        out.steps, out.clock, out.launched, out.held_c, out.tl_every = k, clock, launched, held_c, tl_every
-        out.nxt = nxt
-        out.usage = usage_sum
-        self.count += 1
-        out.batch = ([(r, 1, True) for r in running], s + k - 1, clock) if async_ else None
-        return out
+        """Advance a quiet stretch from step ``s`` (kvplan.core.sim.v1.stretch); None where none starts here."""
+        return advance(self, running, waiting, pending, nxt, batch, s, clock, launched, held_c, steps, tl_every,
+                       usage_sum)

@@ -107,7 +107,7 @@ class _Sim:
     def run(self) -> V1Result:
         # One function on purpose: a measured hot loop (benchmarks/bench_v1.py, bench_default_path.py). Its state
         # lives in local variables, since an attribute read is a dictionary lookup and a call one more frame, for
-        # every request at every step; the stretches without admissions run in quiet.py, the pool's rules in
+        # every request at every step; steady decode stretches run in stretch.py, the pool's rules in
         # manager.py, and the invariants are checked from outside (_check, tests only).
         cfg, mgr, pool, cpu = self.cfg, self.mgr, self.mgr.pool, self.cpu
         books = mgr.books
@@ -167,7 +167,7 @@ class _Sim:
                 waiting.append(st)
                 nxt += 1
 
-            if use_quiet and running:  # a quiet stretch of decode steps at once (quiet.py)
+            if use_quiet and running:  # a quiet stretch, event to event (quiet.py, stretch.py)
                 q = quiet.run(running, waiting, pending, nxt, in_flight, s, clock, launched, held_c, steps, tl_every,
                               usage_sum)
                 if q is not None:
@@ -175,9 +175,13 @@ class _Sim:
                     nr, k = len(running), q.steps
                     s += k
                     steps += k
-                    run_sum += nr * k
-                    generated += nr * k
-                    peak = max(peak, nr)
+                    run_sum += q.run_sum
+                    generated += q.generated
+                    completed += q.completed
+                    gpu_hit += q.gpu_hit
+                    recomputed += q.recomputed
+                    sum_ext += q.external
+                    peak = max(peak, q.peak)
                     clock, launched, held_c, tl_every, in_flight = q.clock, q.launched, q.held_c, q.tl_every, q.batch
                     usage_sum = q.usage
                     sum_free += q.free
@@ -370,8 +374,11 @@ class _Sim:
                     r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
                 if not stale and r.placeholders:
                     r.placeholders -= 1
-                    if caching and r.tracked:  # file the blocks its processed tokens filled
-                        mgr.cache_blocks(r, min(r.num_computed - r.in_flight, r.num_tokens))
+                    if caching and r.tracked:  # file the blocks its processed tokens filled (a call only when one
+                        # more block is full: every group holds as many filed blocks, ncached, as the first)
+                        filled = min(r.num_computed - r.in_flight, r.num_tokens)
+                        if filled >= (r.ncached[0] + 1) * hash_block:
+                            mgr.cache_blocks(r, filled)
                 if r.num_tokens >= mml or r.generated >= r.max_tokens:
                     r.finish_step = at
                     r.finish_ps = end_clock
@@ -383,12 +390,14 @@ class _Sim:
                         finished = set()
                     finished.add(r.index)
             if finished:
+                before = len(running)
                 running = [r for r in running if r.index not in finished]
-                if async_ and any(r.index in finished for r in waiting):  # a stale token ended a preempted one
+                if async_ and before - len(running) < len(finished):  # a stale token ended a preempted one
                     waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
         self.quiet_stretches = quiet.count
+        self.quiet_counts = (quiet.steps, quiet.admitted, quiet.stopped)
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,

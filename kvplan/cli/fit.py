@@ -197,7 +197,7 @@ def _bar(r: FitResult, width: int = 60) -> str:
 
 def _render(report: FitReport) -> None:
     r = report.result
-    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
+    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items() if k != "activation_band")  # shown on its row
     console.print(f"[bold]{report.model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} "
                   f"each), engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
                   f"weights {r.weight_dtype}")
@@ -208,6 +208,8 @@ def _render(report: FitReport) -> None:
                       title="Memory per GPU (the binding one)")
     for key, value in r.breakdown.as_dict().items():
         tag = "estimate" if key in r.estimated else ""
+        if tag and key == "activation" and "activation_band" in r.settings:  # the engine's own band (vLLM V1)
+            tag = f"estimate ±{float(r.settings['activation_band']):.0%}"
         table.add_row(f"[{_BAR_COLORS[key]}]{key.replace('_', ' ')}[/]", format_bytes(value),
                       f"{100 * value / r.gpu.memory_bytes:.1f}%", tag)
     print_table(console, table)

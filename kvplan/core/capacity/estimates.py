@@ -23,9 +23,8 @@ MiB = 1 << 20
 # at 8k, predicted 0.21). It over-predicts MoE/MLA models (DeepSeek-V3 AWQ tp16: 0.37 GiB logged,
 # 1.48 predicted) and under-predicts quantized (bitsandbytes) and multimodal ones.
 ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN = 27  # at 2-byte activations; scaled by the activation width
-# vLLM V1's profile also runs the sampler on max_num_seqs rows of fp32 logits (plus a softmax copy):
-# ``vllm/v1/worker/gpu_model_runner.py:_dummy_sampler_run``. V0 showed no such term (Table A: the
-# activation line passes through zero).
+# A sampler run over max_num_seqs rows of fp32 logits (plus a softmax copy), for the engines whose profile runs one
+# (SGLang, TensorRT-LLM); vLLM V0 showed no such term (Table A: the activation line passes through zero).
 SAMPLER_COPIES = 2
 # Non-torch memory after vLLM's init snapshot (0.6.5+ meaning: the increase during the profile run): 0.03-0.16
 # GiB at tp 1 (Table A: A2, A5, A6, A10, A11; the k8s H100 log 0.16), 0.20-0.30 GiB with NCCL (A1, A3, A4).
@@ -76,16 +75,14 @@ CUDA_GRAPH_ERROR_FRAC = 0.20
 
 
 def activation_peak_bytes(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int,
-                          last_stage: bool = True, sampler_run: bool = True, gathered_logits: bool = False) -> int:
-    """Peak activation of a profiling run over ``tokens`` batched tokens (vLLM ``profile_run``).
-    ``gathered_logits``: every TP rank holds the whole vocabulary's logits (vLLM V1: LogitsProcessor all-gathers
-    them, vllm/model_executor/layers/logits_processor.py::LogitsProcessor._gather_logits with
-    Platform.use_all_gather true under V1, 0.8.0 on; the dummy sampler run then samples all of them on each rank);
-    else a rank's share, vocab / tp."""
+                          last_stage: bool = True, sampler_run: bool = True) -> int:
+    """Peak activation of a profiling run over ``tokens`` batched tokens: vLLM V0's ``profile_run`` and the other
+    engines' (vLLM V1 has its own model, kvplan/core/engines/vllm/activation.py). The sampler term counts a rank's
+    share of the vocabulary, vocab / tp."""
     forward = tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2
     vocab = spec.arch.vocab_size if spec.arch else 0
     fp32 = get_dtype("fp32").vector_bytes(1)  # the sampler's logits are float32
-    width = vocab if gathered_logits else -(-vocab // tp)
+    width = -(-vocab // tp)
     sampler = max_num_seqs * width * fp32 * SAMPLER_COPIES if (last_stage and sampler_run) else 0
     return forward + sampler
 

@@ -63,8 +63,9 @@ SAMPLER_EXTRA_BYTES = {Sampler.TRITON: FP32 + FP32,  # probs, exponential noise
                        Sampler.SORT: FP32 + 8 + 1 + FP32 + 1 + FP32}  # sorted, indices, masks, softmax, scatter
 TRITON_MIN_ROWS = 8  # apply_top_k_top_p: fewer rows take the PyTorch path
 HIDDEN_TENSORS = 4  # forward-phase estimate: hidden-size tensors live a token
-# Measured band of the whole estimate on the 0.19.0 starts (dense and MoE text models; the module docstring), and
-# the band where the release's sampler or model runner has no measured start (SORT releases, the V2 model runner).
+# Measured band of the whole estimate on the 0.19.0 H100 starts (the module docstring), and the band where no start
+# measures the release's sampler, model runner or GPU (SORT releases, the V2 model runner, GPUs other than Hopper:
+# the 0.21.0 point C6 on an RTX A5000 sits 17% above the estimate).
 ACTIVATION_BAND_MEASURED = 0.05
 ACTIVATION_BAND_UNMEASURED = 0.25
 
@@ -85,7 +86,7 @@ class ProfileRun:
 
     forward: int  # the forward phase's transient peak (estimate)
     sampler: int  # the sampler phase (last stage; 0 elsewhere)
-    held: int  # allocated through both phases: cuBLAS and MoE workspaces, received pipeline tensors
+    held: int  # allocated through both phases: workspaces, received pipeline tensors, the encoder profile's items
 
     @property
     def peak(self) -> int:

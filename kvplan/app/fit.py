@@ -48,7 +48,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
               mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, attention_backend: str | None = None,
-              concurrency: int | None = None, async_scheduling: bool | None = None, fetch: bool | None = None,
+              concurrency: int | None = None, async_scheduling: bool | None = None,
+              mm_limits: dict[str, int] | None = None, fetch: bool | None = None,
               revision: str | None = None) -> FitReport:
     """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
     when they differ), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
@@ -77,7 +78,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, mamba_cache_mode=mamba_cache_mode,
         num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend,
         auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
-        async_scheduling=async_scheduling,
+        async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())),
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()

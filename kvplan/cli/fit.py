@@ -15,6 +15,7 @@ from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonO
                                 gpu_memory_option, gpu_option, max_model_len_option, max_num_batched_tokens_option,
                                 max_num_seqs_option)
 from kvplan.cli.root import app
+from kvplan.io.mm_limits import parse_mm_limits
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
@@ -83,6 +84,9 @@ AttentionBackendOpt = Annotated[Optional[str], typer.Option("--attention-backend
 AsyncSchedulingOpt = Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling", help=(
     "vLLM: schedule the next batch while one runs (default: the release's: on from 0.14); from 0.26 it sizes "
     "sliding-window and chunked layers by the batches in flight."))]
+MmLimitOpt = Annotated[Optional[str], typer.Option("--limit-mm-per-prompt", help=(
+    "vLLM: multimodal items a prompt may carry, as vLLM takes it, e.g. '{\"image\": 2}' (default 999 each); 0 "
+    "for every modality of a vision tower leaves the tower out (from 0.16) and its encoder profile."))]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of max-model-len tokens that must fit at once (default: one)."))]
 
@@ -117,6 +121,7 @@ def fit_cmd(
     attention_backend: AttentionBackendOpt = None,
     concurrency: ConcurrencyOpt = None,
     async_scheduling: AsyncSchedulingOpt = None,
+    limit_mm_per_prompt: MmLimitOpt = None,
     as_json: JsonOption = False,
     fetch: FetchOption = None,
     revision: RevisionOption = None,
@@ -131,8 +136,8 @@ def fit_cmd(
         max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling, fetch=fetch,
-        revision=revision)
+        attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling,
+        mm_limits=parse_mm_limits(limit_mm_per_prompt), fetch=fetch, revision=revision)
     say_fetched(report.hub, as_json)
     if as_json:
         print_json({**fit_json(report), "fetched": fetched_json(report.hub)})
@@ -193,6 +198,7 @@ def _bar(r: FitResult, width: int = 60) -> str:
         if n:
             parts.append(f"[{_BAR_COLORS[key]}]{'█' * n}[/]")
     return "".join(parts)
+
 
 
 def _render(report: FitReport) -> None:

@@ -284,6 +284,7 @@ class TowerShape:
     item_tokens: int = 0
     item_embeds: int = 0
     item_pixels: int = 0
+    modalities: tuple[str, ...] = ("image",)  # what the tower encodes (vLLM skips it when every limit is 0)
 
     @property
     def params(self) -> int:

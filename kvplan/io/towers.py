@@ -23,6 +23,8 @@ not modelled here: their towers are named in the spec's notes as not counted.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,8 +221,9 @@ def _qwen3_vision(v: _Cfg, text_hidden: int) -> TowerShape:
         p.whole += 2 * (merged if postshuffle else d)
         p.column(merged, merged, bias=True)
         p.row(merged, out, bias=True)
-    return p.shape("Qwen3 vision transformer + patch merger",
-                   "vLLM 0.19.0 qwen3_vl.py::Qwen3_VisionTransformer (qwen3_5.py::Qwen3_5ForConditionalGeneration)")
+    tower = p.shape("Qwen3 vision transformer + patch merger",
+                    "vLLM 0.19.0 qwen3_vl.py::Qwen3_VisionTransformer (qwen3_5.py::Qwen3_5ForConditionalGeneration)")
+    return dataclasses.replace(tower, modalities=("image", "video"))  # qwen3_5.py marks it for both
 
 
 def tower_shape(raw: dict[str, Any], *, text_hidden: int, origin: str, notes: list[str]) -> TowerShape | None:

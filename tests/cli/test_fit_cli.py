@@ -257,3 +257,31 @@ def test_a_budget_below_max_num_seqs_does_not_start_before_0_11():
                             "--engine", "vllm==0.10.0"])
     assert r.exit_code == 2
     assert "max_num_batched_tokens 512 must be at least max_num_seqs (1024" in " ".join(r.output.split())
+
+
+def _gemma3_fit(*extra: str) -> dict:
+    r = runner.invoke(app, ["fit", "gemma3-12b", "--gpu", "H100", "--max-model-len", "8192", "--json", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_limit_mm_per_prompt_leaves_the_vision_tower_out_from_0_16():
+    from kvplan.io.models import load_model
+
+    tower = load_model("gemma3-12b").arch.tower
+    base = _gemma3_fit("--engine", "vllm==0.19.0")["breakdown"]
+    none = _gemma3_fit("--engine", "vllm==0.19.0", "--limit-mm-per-prompt", '{"image": 0}')["breakdown"]
+    # vLLM 0.16+ builds no tower whose every modality is limited to 0 (SupportsMultiModal._mark_tower_model), and
+    # profiles no encoder: the tower's bf16 parameters and the 32 dummy images' 207 MiB (test_vllm_activation.py) go
+    assert base["weights"] - none["weights"] == 2 * tower.params
+    assert base["activation"] - none["activation"] == 217_055_232
+    two = _gemma3_fit("--engine", "vllm==0.19.0", "--limit-mm-per-prompt", '{"image": {"count": 2}}')["breakdown"]
+    assert two == base  # 2 images a prompt still let the encoder budget's 32 run at once
+    old = _gemma3_fit("--engine", "vllm==0.14.0", "--limit-mm-per-prompt", '{"image": 0}')["breakdown"]
+    assert old["weights"] == _gemma3_fit("--engine", "vllm==0.14.0")["breakdown"]["weights"]  # built before 0.16
+
+
+@pytest.mark.parametrize("value", ["2", "{\"image\": -1}", "{\"image\": true}", "[1]"])
+def test_a_malformed_limit_mm_per_prompt_is_refused(value):
+    r = runner.invoke(app, ["fit", "gemma3-12b", "--gpu", "H100", "--limit-mm-per-prompt", value])
+    assert r.exit_code == 2 and "--limit-mm-per-prompt" in r.output and "Traceback" not in r.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,6 +51,8 @@ class FitRequest:
     # "align" (prefix caching: 2 + num_speculative_tokens); from 0.16.0.
     mamba_cache_mode: str = "none"
     num_speculative_tokens: int = 0  # vLLM speculative decoding: extra Mamba state blocks a request
+    # vLLM --limit-mm-per-prompt: items a prompt may carry, by modality (a modality left out: 999, vLLM's default)
+    mm_limits: tuple[tuple[str, int], ...] = ()
     # vLLM attention backend (FLASHMLA, FLASHMLA_SPARSE, CUTLASS_MLA, FLASHINFER_MLA, ...): picks the
     # block size of MLA models; None: the release's default (FlashMLA's 64 from 0.9.0).
     attention_backend: str | None = None
@@ -185,8 +189,20 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
         notes.append(f"weights: the vision tower and projector ({spec.arch.tower.params / 1e9:.2f}B) are counted in "
                      f"the model dtype ({keep.name}), beside the quantized language model")
     stages = pp_stages(spec.num_layers, req.pp)
-    return weight_bytes(spec, spec.arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
+    arch = spec.arch
+    tower = arch.tower
+    if tower is not None and all(mm_limit(req, m) == 0 for m in tower.modalities) and getattr(
+            req.engine_profile().rules, "skips_unused_tower", False):
+        arch = dataclasses.replace(arch, tower=None)
+        notes.append(f"--limit-mm-per-prompt leaves every {'/'.join(tower.modalities)} input out: vLLM builds no "
+                     f"{tower.name} (language model only)")
+    return weight_bytes(spec, arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
                         part_fmt=rule.part_fmt if rule else None), notes
+
+
+def mm_limit(req: FitRequest, modality: str) -> int:
+    """Items of ``modality`` a prompt may carry (vLLM's MultiModalConfig.get_limit_per_prompt: 999 unless given)."""
+    return dict(req.mm_limits).get(modality, 999)
 
 
 def check_request(req: FitRequest) -> None:

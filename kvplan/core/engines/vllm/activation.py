@@ -93,16 +93,17 @@ class ProfileRun:
         return self.held + max(self.forward, self.sampler)
 
 
-def encoder_items(spec: ModelSpec, *, tokens: int, max_num_seqs: int, max_model_len: int) -> int:
+def encoder_items(spec: ModelSpec, *, tokens: int, max_num_seqs: int, max_model_len: int, limit: int = 999) -> int:
     """Dummy items the encoder profile runs (vllm/multimodal/encoder_budget.py::MultiModalBudget._get_max_items):
     the encoder budget, max(max_num_batched_tokens, an item's tokens) (encoder_cache_manager.py::
     compute_mm_encoder_budget), over an item's tokens, capped by max_num_seqs x the items a prompt can hold
-    (max_model_len / an item's tokens; --limit-mm-per-prompt, 999 by default, not modelled); 0 for a text model."""
+    (``limit``, --limit-mm-per-prompt's, 999 by default, at most max_model_len / an item's tokens); 0 for a text
+    model or a limit of 0 (GPUModelRunner.profile_run profiles no encoder)."""
     tower = spec.arch.tower if spec.arch is not None else None
-    if tower is None or not tower.item_tokens:
+    if tower is None or not tower.item_tokens or limit == 0:
         return 0
     per = tower.item_tokens
-    return max(1, min(max(tokens, per) // per, max_num_seqs * max(1, max_model_len // per)))
+    return max(1, min(max(tokens, per) // per, max_num_seqs * max(1, min(limit, max_model_len // per))))
 
 
 def profile_run(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int, gpu: GPUSpec,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvplan.core.capacity import estimates
 from kvplan.core.capacity.budget import Capacity, Components, EngineBudget, Setup, Stage, run_budget
-from kvplan.core.capacity.common import FitRequest, FitResult, GiB, resolve_kv_dtype
+from kvplan.core.capacity.common import FitRequest, FitResult, GiB, mm_limit, resolve_kv_dtype
 from kvplan.core.capacity.context import ContextLimit, config_length, rope_factor, rope_type
 from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, importable from here too)
     DEFAULT_BLOCK_SIZE,
@@ -245,8 +245,8 @@ class VLLMBudget(EngineBudget):
                            moe_workspace=v.rules.moe_workspace, monolithic_moe=_mxfp4_experts(req),
                            first_stage=first_stage, last_stage=last_stage,
                            encoder_items=encoder_items(req.spec, tokens=v.max_num_batched_tokens,
-                                                       max_num_seqs=v.max_num_seqs,
-                                                       max_model_len=setup.max_model_len)).peak
+                                                       max_num_seqs=v.max_num_seqs, max_model_len=setup.max_model_len,
+                                                       limit=mm_limit(req, "image"))).peak
 
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine

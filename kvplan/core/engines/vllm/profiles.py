@@ -186,8 +186,10 @@ _table.at("0.14.0", ("scheduler: async scheduling on by default, two batches in 
           scheduler=_table.sched("0.14.0", async_default=True), auto_fit=True)
 _table.at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
                      "num_speculative_blocks with 'align' (prefix caching) "
-                     "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",),
-          mamba_cache_modes=True)
+                     "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",
+                     "a vision tower is not built when --limit-mm-per-prompt gives each of its modalities 0 (0.16.0: "
+                     "vllm/model_executor/models/interfaces.py::SupportsMultiModal._mark_tower_model)"),
+          mamba_cache_modes=True, skips_unused_tower=True)
 _table.at("0.17.0", ("the profile run's top-k/top-p runs in Triton, in place, with a buffer of min(SMs, requests) rows "
                      "of the vocabulary (0.17.0: vllm/v1/sample/ops/topk_topp_triton.py::apply_top_k_top_p_triton)",),
           sampler="triton")

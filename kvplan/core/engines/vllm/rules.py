@@ -196,6 +196,7 @@ class VLLMRules:
     sampler: Sampler = Sampler.NONE
     moe_workspace: bool = False
     bitsandbytes: Bitsandbytes = Bitsandbytes.NESTED_KEPT
+    skips_unused_tower: bool = False  # a vision tower whose every modality is limited to 0 is not built (0.16.0)
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it

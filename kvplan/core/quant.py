@@ -225,13 +225,10 @@ def _fbgemm_fp8(quant: dict[str, Any], hidden_size: int) -> QuantRule:
 
 
 def _group(value: Any, field: str, hidden_size: int) -> int:
-    """A group size; -1 (one scale per output channel) counted as one per ``hidden_size`` inputs."""
-    size = value if isinstance(value, int) and not isinstance(value, bool) else 128
-    if size == -1:
+    """A group size (absent: 128); -1 (one scale per output channel) counted as one per ``hidden_size`` inputs."""
+    if value == -1 and not isinstance(value, bool):
         return hidden_size
-    if size < 1:
-        raise ConfigError(f"quantization_config.{field} must be a positive number of inputs or -1 (got {value!r})")
-    return size
+    return _count(value, field, 128)
 
 
 def _gptq(quant: dict[str, Any], model_bits: int, hidden_size: int) -> QuantRule:

@@ -25,7 +25,7 @@ from typing import Any
 from kvplan.core.spec import AttentionLayer, Layer, MLALayer
 
 # Families whose positions are not rotary: learned absolute (GPT-2, OPT, BigCode), ALiBi (BLOOM, MPT)
-NO_ROPE = frozenset({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode", "starcoder", "jais", "baichuan_alibi"})
+NO_ROPE = frozenset({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode", "jais"})
 
 
 def _params(cfg: dict[str, Any]) -> dict[str, Any]:

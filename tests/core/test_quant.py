@@ -171,6 +171,8 @@ def test_the_hub_spellings_of_a_redhat_checkpoint_resolve_to_its_quantized_confi
     (ct({**FP8_CHANNEL, "strategy": "block", "block_structure": [128]}), "block_structure"),
     (ct(FP8_CHANNEL, ignore=("re:(unclosed",)), "ignore"),
     (ct({**FP8_CHANNEL, "num_bits": True}), "num_bits"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": "128"}, "group_size"),  # a string, not a number
+    ({"quant_method": "awq", "bits": 4, "group_size": 0}, "group_size"),
 ])
 def test_a_malformed_quantization_config_is_refused_naming_the_field(quant, field):
     from kvplan.errors import ConfigError

@@ -138,4 +138,4 @@ def test_gemma3_encoder_profile_by_hand():
     # 32 x (2,408,448 + 983,040) x 2 = 217,055,232 bytes (207 MiB) beside the text model's profile run
     spec = load_model("gemma3-12b")
     base = dict(tokens=8192, max_num_seqs=1024, tp=1, act_bytes=2, gpu=H100, sampler=Sampler.TRITON, moe_workspace=True)
-    assert profile_run(spec, encoder_items=32, **base).held - profile_run(spec, **base).held == 217_055_232
+    assert profile_run(spec, mm_items=32, **base).held - profile_run(spec, **base).held == 217_055_232

@@ -30,7 +30,7 @@ is the larger of the two phases, plus what stays allocated through both:
   tensors it receives (hidden states and residual, tokens x hidden each: GPUModelRunner._dummy_run); for a
   multimodal model the encoder profile's dummy images, their pixel values and the encoder's outputs, both in
   the model dtype (GPUModelRunner.profile_run keeps batched_dummy_mm_inputs and the encoder cache until it ends;
-  encoder_items says how many).
+  encoder_items counts them).
 
 Measured against 51 vLLM 0.19.0 starts on H100 SXM (benchmarks/bench_real_starts.py; the llm-d-planner logs'
 DEBUG "torch peak memory increase"): dense, MoE and multimodal models at tp 1-4 and pp 1-4 within 0.02 GiB but
@@ -108,10 +108,10 @@ def encoder_items(spec: ModelSpec, *, tokens: int, max_num_seqs: int, max_model_
 
 def profile_run(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act_bytes: int, gpu: GPUSpec,
                 sampler: Sampler, moe_workspace: bool, monolithic_moe: bool = False, first_stage: bool = True,
-                last_stage: bool = True, encoder_items: int = 0) -> ProfileRun:
+                last_stage: bool = True, mm_items: int = 0) -> ProfileRun:
     """The profile run of ``spec`` on one GPU of ``gpu`` (the module docstring's parts). ``act_bytes``: the model
     dtype's bytes (4 under --dtype float32); ``moe_workspace``: the release keeps the fused-MoE workspace (0.13.0
-    on); ``monolithic_moe``: the experts run a kernel without it (gpt-oss's MXFP4); ``encoder_items``: the
+    on); ``monolithic_moe``: the experts run a kernel without it (gpt-oss's MXFP4); ``mm_items``: the
     multimodal encoder profile's dummy items, whose pixel values and encoder outputs stay referenced through the
     forward and the sampler run (GPUModelRunner.profile_run: batched_dummy_mm_inputs and encoder_cache)."""
     arch = spec.arch
@@ -128,8 +128,8 @@ def profile_run(spec: ModelSpec, *, tokens: int, max_num_seqs: int, tp: int, act
     if not first_stage:
         held += 2 * tokens * hidden * act_bytes
     tower = arch.tower if arch is not None else None
-    if encoder_items and tower is not None:
-        held += encoder_items * (tower.item_pixels + tower.item_embeds * hidden) * act_bytes
+    if mm_items and tower is not None:
+        held += mm_items * (tower.item_pixels + tower.item_embeds * hidden) * act_bytes
     sample = 0
     if last_stage and sampler is not Sampler.NONE and arch is not None:
         rows = min(max_num_seqs, tokens)

@@ -244,9 +244,9 @@ class VLLMBudget(EngineBudget):
                            act_bytes=_act_bytes(req), gpu=req.gpu, sampler=v.rules.sampler,
                            moe_workspace=v.rules.moe_workspace, monolithic_moe=_mxfp4_experts(req),
                            first_stage=first_stage, last_stage=last_stage,
-                           encoder_items=encoder_items(req.spec, tokens=v.max_num_batched_tokens,
-                                                       max_num_seqs=v.max_num_seqs, max_model_len=setup.max_model_len,
-                                                       limit=mm_limit(req, "image"))).peak
+                           mm_items=encoder_items(req.spec, tokens=v.max_num_batched_tokens,
+                                                  max_num_seqs=v.max_num_seqs, max_model_len=setup.max_model_len,
+                                                  limit=mm_limit(req, "image"))).peak
 
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine

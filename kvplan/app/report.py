@@ -86,7 +86,7 @@ def _v1_row(run: SimulationRun, r: V1Result | None = None) -> AllocatorRow:
         makespan_steps=r.schedule_calls, makespan_seconds=r.seconds, generated_tokens=r.generated_tokens,
         throughput_tokens_per_s=r.throughput_tokens_per_s, busy_seconds=r.busy_seconds,
         drain_seconds=max(0.0, r.seconds - last) if r.seconds is not None else None,
-        peak_waiting=max(r.per_step_waiting, default=0), mean_queue_seconds=sum(queued) / len(queued) if queued else None,
+        peak_waiting=r.peak_waiting, mean_queue_seconds=sum(queued) / len(queued) if queued else None,
         queue_s=r.queue_s, ttft_s=r.ttft_s, e2e_s=r.e2e_s)
 
 
@@ -148,7 +148,7 @@ def _v1_extras(run: SimulationRun) -> dict[str, Any]:
         "max_num_batched_tokens": sch.max_num_batched_tokens, "async_scheduling": sch.async_scheduling,
         "steps": r.steps, "mean_running": r.mean_running, "peak_running": r.peak_running,
         "preemptions": r.preemptions, "mean_kv_usage": r.mean_kv_usage,
-        "peak_kv_usage": max(r.per_step_kv_usage_permille, default=0) / 1000,
+        "peak_kv_usage": r.peak_kv_usage_permille / 1000,
         "generated_tokens": r.generated_tokens, "throughput_tokens_per_s": r.throughput_tokens_per_s,
         "busy_seconds": r.busy_seconds, "drain_seconds": row.drain_seconds,
         "prefix_cache": {

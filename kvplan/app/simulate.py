@@ -49,16 +49,17 @@ def plan_simulation(path: Path, *, engine: str | None = None, simulator: str | N
 
 
 def run_simulation(plan: SimulationPlan, *, progress: Callable[[int], None] | None = None,
-                   timeline_points: int = 0, workers: int | None = 1) -> SimulationRun:
+                   timeline_points: int = 0, workers: int | None = 1, per_step: bool = False) -> SimulationRun:
     """The planned simulator over the planned requests (``workers`` > 1, or None for every usable CPU: the event
-    engine's allocators in forked processes; ``progress`` gets the requests finished over all allocators)."""
+    engine's allocators in forked processes; ``progress`` gets the requests finished over all allocators;
+    ``per_step``: vllm-v1 keeps every step's figures, which only a plot draws)."""
     if plan.v1 is not None:
         from kvplan.core.sim.v1 import simulate_v1
 
         results = []
         for inputs in (plan.v1.inputs, *plan.v1.others):
             try:
-                results.append(simulate_v1(inputs, timeline_points=timeline_points))
+                results.append(simulate_v1(inputs, timeline_points=timeline_points, per_step=per_step))
             except KvplanError as exc:
                 who = f"{inputs.allocator.name}: " if inputs.allocator is not None else ""
                 raise type(exc)(f"{plan.origin}: {who}{exc}") from None

@@ -61,7 +61,8 @@ def simulate(
     _check_plot(plot)
     plan = plan_simulation(resolve_input(workload_file, "workload"), engine=engine, simulator=scheduler_model,
                            allocators=allocator, placement=placement)
-    run = _run(plan, progress=not as_json and sys.stderr.isatty(), points=TIMELINE_POINTS if plot else 0)
+    run = _run(plan, progress=not as_json and sys.stderr.isatty(), points=TIMELINE_POINTS if plot else 0,
+               per_step=plot is not None)
     if plot is not None:
         from kvplan.cli.plot import plot_run
 
@@ -76,13 +77,13 @@ def simulate(
         make_console().print(f"plot written to {plot}")
 
 
-def _run(plan, *, progress: bool, points: int):  # type: ignore[no-untyped-def]
+def _run(plan, *, progress: bool, points: int, per_step: bool):  # type: ignore[no-untyped-def]
     """The run, with a progress bar over the event engine's requests x allocators on a terminal."""
     from kvplan.app.simulate import run_simulation
 
     total = len(plan.event.requests) * len(plan.event.allocators) if plan.event is not None else 0
     if not progress or total < PROGRESS_FROM:
-        return run_simulation(plan, timeline_points=points, workers=None)
+        return run_simulation(plan, timeline_points=points, workers=None, per_step=per_step)
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     k = len(plan.event.allocators)
@@ -90,7 +91,7 @@ def _run(plan, *, progress: bool, points: int):  # type: ignore[no-untyped-def]
                TextColumn("{task.completed:,.0f}/{task.total:,.0f} requests"), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task(f"simulating {k} allocator{'s' * (k > 1)}", total=total)
-        return run_simulation(plan, timeline_points=points, workers=None,
+        return run_simulation(plan, timeline_points=points, workers=None, per_step=per_step,
                               progress=lambda n: bar.update(task, completed=n))
 
 

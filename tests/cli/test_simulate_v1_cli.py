@@ -224,7 +224,7 @@ def test_per_step_clock_and_waiting(tmp_path):
     from kvplan.app.simulate import plan_simulation, run_simulation
 
     path = write(tmp_path, sessions(2_000, count=3))
-    run = run_simulation(plan_simulation(path))
+    run = run_simulation(plan_simulation(path), per_step=True)
     v, r = run.plan.v1, run.v1
     n = len(r.per_step_running)
     assert len(r.per_step_start_ps) == len(r.per_step_waiting) == n > 0

@@ -35,6 +35,22 @@ def run(inputs: V1Inputs, fast: bool):
     return result, state, sim.quiet_stretches
 
 
+SERIES = ("per_step_running", "per_step_kv_usage_permille", "per_step_scheduled_tokens", "per_step_waiting",
+          "per_step_start_ps")
+
+
+def lean_run_agrees(inputs: V1Inputs, full) -> None:
+    """Without the per-step figures (simulate_v1(per_step=False), the default path's) every other figure is the
+    same, and the peaks are those of the figures not kept."""
+    sim = _Sim(inputs, check=False)
+    sim.per_step, sim.timeline_points = False, 40
+    lean = sim.run()
+    assert all(getattr(lean, f) == () for f in SERIES)
+    assert lean.peak_kv_usage_permille == max(full.per_step_kv_usage_permille, default=0)
+    assert lean.peak_waiting == max(full.per_step_waiting, default=0)
+    assert lean == dataclasses.replace(full, **{f: () for f in SERIES})
+
+
 def inputs(reqs, *, blocks: int, block: int, groups: int, caching: bool, async_: bool, rules, seqs: int,
            mnbt: int, step: StepModel | None, lpt: int = 0, mml: int = 1024, watermark: float = 0.0,
            reserve: bool = True, allocator: str | None = None) -> V1Inputs:
@@ -94,6 +110,8 @@ def test_quiet_stretches_give_the_step_by_step_results_and_pool(data):
     fast, slow = run(inp, True), run(inp, False)
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
+    lean_run_agrees(inp, fast[0])
+    lean_run_agrees(inp, fast[0])
 
 
 def test_a_long_prompt_admitted_chunk_by_chunk_before_the_whole_sequence_gate():
@@ -131,3 +149,4 @@ def test_quiet_stretches_hold_under_every_admission_rule_and_allocator(data):
     fast, slow = run(inp, True), run(inp, False)
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
+    lean_run_agrees(inp, fast[0])

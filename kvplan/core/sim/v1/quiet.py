@@ -104,12 +104,14 @@ class Quiet:
         return kmax if finishes else kmin - MARGIN
 
     def plan(self, i: int, r: ReqState, c0: int, nt0: int, g0: int, start: int, kcap: int, finishes: bool,
-             events: dict[int, list[int]], needs: dict[int, int], stops: dict[int, list[int]], heap: list[int]) -> int:
+             events: dict[int, list[int]], stops: dict[int, list[int]], heap: list[int], wheel: list[list[int]],
+             phase: dict[int, int]) -> int:
         """File request i's steps with events from step ``start`` on, where at step j's start it has computed
-        c0 + j tokens, knows nt0 + j and has generated g0 + j: the steps its token needs a block (``needs``: blocks
-        asked, ``events``) or fills one (``events``, in running order), and (``finishes``) the step whose output
-        stops it (``stops``); each such step pushed on ``heap``. Returns ``kcap``, or the step a contiguous region's
-        end stops the stretch at."""
+        c0 + j tokens, knows nt0 + j and has generated g0 + j: the steps its token needs a block, every block_size
+        steps from the first (``wheel``: i joins the list of the steps at that phase, ``phase`` notes which), a
+        block filled apart from a crossing (``events``, in running order), and (``finishes``) the step whose output
+        stops it (``stops``); each filing and stop pushed on ``heap``. Returns ``kcap``, or the step a contiguous
+        region's end stops the stretch at."""
         B, hb = self.block, self.hash_block
         lim = kcap
         if finishes:
@@ -123,14 +125,11 @@ class Quiet:
         ja = r.cap_tokens - c0  # the step whose token is past the blocks held
         if not B:  # a contiguous region holds every token: a crossing ends the stretch there
             return max(ja, 0) if ja < lim else kcap
-        for j in range(ja, lim, B):
-            if j in events:
-                events[j].append(i)
-                needs[j] += 1
-            else:
-                events[j] = [i]
-                needs[j] = 1
-                heappush(heap, j)
+        if ja < lim:
+            if not start <= ja < start + B:  # a table more than a block ahead (allocate_slots never leaves one)
+                return min(kcap, start)
+            wheel[ja % B].append(i)  # i is the newest: the list stays in running order
+            phase[i] = ja % B
         if self.caching:
             jc = max(start, (r.ncached[0] + 1) * hb - nt0)
             if jc < lim:  # a crossing files the blocks too (grow): a step that is both is filed once
@@ -144,12 +143,10 @@ class Quiet:
                         events[j].append(i)
                     else:
                         events[j] = [i]
-                        needs[j] = 0
                         heappush(heap, j)
         return kcap
 
     def run(self, running: list[ReqState], waiting, pending: list[ReqState], nxt: int, batch, s: int, clock: int,
-            launched: int, held_c: int, steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
+            launched: int, held_c: int, steps: int, tl_every: int) -> Stretch | None:
         """Advance a quiet stretch from step ``s`` (kvplan.core.sim.v1.stretch); None where none starts here."""
-        return advance(self, running, waiting, pending, nxt, batch, s, clock, launched, held_c, steps, tl_every,
-                       usage_sum)
+        return advance(self, running, waiting, pending, nxt, batch, s, clock, launched, held_c, steps, tl_every)

@@ -70,6 +70,8 @@ class V1Result:
     per_step_scheduled_tokens: tuple[int, ...]
     per_step_waiting: tuple[int, ...] = ()  # waiting requests after schedule(), at each counted step
     per_step_start_ps: tuple[int, ...] = ()  # the clock at each counted step's start (with a step model)
+    peak_kv_usage_permille: int = 0  # the largest of per_step_kv_usage_permille, kept when those are not
+    peak_waiting: int = 0  # the largest of per_step_waiting, likewise
     tiers: TierStats = field(default_factory=TierStats)
     queue_steps: Percentiles | None = None
     ttft_steps: Percentiles | None = None

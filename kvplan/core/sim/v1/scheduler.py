@@ -46,13 +46,16 @@ MAX_IDLE_STEPS = 1 << 40
 
 
 def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True,
-                timeline_points: int = 0) -> V1Result:
+                timeline_points: int = 0, per_step: bool = True) -> V1Result:
     """Run every request to completion; ``check_invariants`` verifies the pool's books every step;
     ``fast_path=False`` calls allocate_slots for every scheduled request (the tests check both agree);
-    ``timeline_points``: about that many samples of the pool's split (V1Result.timeline), 0 for none."""
+    ``timeline_points``: about that many samples of the pool's split (V1Result.timeline), 0 for none;
+    ``per_step``: keep every counted step's figures (V1Result.per_step_*: a plot's, and five numbers a step, which
+    a million requests' 24 million steps make gigabytes of); the peaks are kept either way."""
     sim = _Sim(inputs, check_invariants)
     sim.fast = fast_path
     sim.timeline_points = timeline_points
+    sim.per_step = per_step
     return sim.run()
 
 
@@ -77,6 +80,7 @@ class _Sim:
         self.mgr = _manager(inputs)
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
         self.check = check
+        self.fast, self.timeline_points, self.per_step = True, 0, True
         ng = len(inputs.layout.groups)
         timed = [r.arrival_ps is not None for r in inputs.requests]
         if any(timed) and not all(timed):
@@ -132,7 +136,7 @@ class _Sim:
         launched = 0  # picoseconds: the start of the batch in flight (async: the next one is scheduled then)
         busy_ps = 0
         steps = run_sum = peak = preemptions = completed = generated = 0
-        usage_sum = 0.0
+        peak_pm = peak_w = 0  # the peaks of the usage (permille) and of the waiting queue
         ps_running: list[int] = []
         ps_usage: list[int] = []
         ps_tokens: list[int] = []
@@ -149,7 +153,9 @@ class _Sim:
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
         in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
-        quiet = Quiet(self, (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start), timeline, points)
+        keep = self.per_step
+        quiet = Quiet(self, (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start) if keep else None, timeline,
+                      points)
         use_quiet = quiet.usable
         while nxt < n_pending or waiting or running:
             if not waiting and not running:  # idle: jump to the next arrival
@@ -168,8 +174,7 @@ class _Sim:
                 nxt += 1
 
             if use_quiet and running:  # a quiet stretch, event to event (quiet.py, stretch.py)
-                q = quiet.run(running, waiting, pending, nxt, in_flight, s, clock, launched, held_c, steps, tl_every,
-                              usage_sum)
+                q = quiet.run(running, waiting, pending, nxt, in_flight, s, clock, launched, held_c, steps, tl_every)
                 if q is not None:
                     nxt = q.nxt
                     nr, k = len(running), q.steps
@@ -183,7 +188,8 @@ class _Sim:
                     sum_ext += q.external
                     peak = max(peak, q.peak)
                     clock, launched, held_c, tl_every, in_flight = q.clock, q.launched, q.held_c, q.tl_every, q.batch
-                    usage_sum = q.usage
+                    peak_pm = max(peak_pm, q.peak_usage)
+                    peak_w = max(peak_w, q.peak_waiting)
                     sum_free += q.free
                     sum_entries += q.entries
                     sum_c += q.computed
@@ -307,8 +313,12 @@ class _Sim:
                 run_sum += nr
                 peak = max(peak, nr)
                 nf = pool.num_free
-                u = 1.0 - nf / capacity
-                usage_sum += u
+                permille = round((1.0 - nf / capacity) * 1000)
+                if permille > peak_pm:
+                    peak_pm = permille
+                nw = len(waiting)
+                if nw > peak_w:
+                    peak_w = nw
                 sum_free += nf
                 sum_entries += mgr.entries
                 sum_c += held_c
@@ -317,12 +327,13 @@ class _Sim:
                 if tl_every and steps % tl_every == 0:
                     timeline.append((s, clock, *split(books, 1, nf, mgr.entries, held_c, mgr.internal, ext_now)))
                     tl_every = thin(timeline, points, tl_every)
-                ps_running.append(nr)
-                ps_usage.append(round(u * 1000))
-                ps_tokens.append(total)
-                ps_waiting.append(len(waiting))
-                if step_model is not None:
-                    ps_start.append(clock)
+                if keep:
+                    ps_running.append(nr)
+                    ps_usage.append(permille)
+                    ps_tokens.append(total)
+                    ps_waiting.append(nw)
+                    if step_model is not None:
+                        ps_start.append(clock)
             if cpu is not None:
                 for r, _, _ in batch:  # write-through of the prompt's computed chunks
                     end = min(r.num_computed, r.prompt_len)
@@ -399,9 +410,11 @@ class _Sim:
         self.quiet_stretches = quiet.count
         self.quiet_counts = (quiet.steps, quiet.admitted, quiet.stopped)
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
-        return self._result(steps, run_sum, peak, preemptions, usage_sum, completed, generated, s, clock, busy_ps,
+        # the mean of 1 - free / capacity over the counted steps, from the exact sum of the free blocks
+        usage = 1.0 - sum_free / (steps * capacity) if steps and capacity else 0.0
+        return self._result(steps, run_sum, peak, preemptions, usage, completed, generated, s, clock, busy_ps,
                             ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
-                            memory, tuple(timeline))
+                            memory, tuple(timeline), (peak_pm, peak_w))
 
     def _outgrows(self, r: ReqState) -> None:
         """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
@@ -424,9 +437,9 @@ class _Sim:
         assert computed == sum(r.num_computed for r in running), "the computed tokens' books drifted"
         assert books is None or min(books) >= 0, f"a negative share: {books}"
 
-    def _result(self, steps, run_sum, peak, preemptions, usage_sum, completed, generated, calls, clock, busy_ps,
+    def _result(self, steps, run_sum, peak, preemptions, usage, completed, generated, calls, clock, busy_ps,
                 ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
-                memory: Shares | None, timeline: tuple[TimelinePoint, ...]) -> V1Result:
+                memory: Shares | None, timeline: tuple[TimelinePoint, ...], peaks: tuple[int, int]) -> V1Result:
         states = self.states
         timed = self.inputs.step_model is not None
         records = []
@@ -461,12 +474,12 @@ class _Sim:
         busy = busy_ps / 1e12 if timed else None
         return V1Result(
             steps=steps, mean_running=run_sum / steps if steps else 0.0, peak_running=peak, preemptions=preemptions,
-            mean_kv_usage=usage_sum / steps if steps else 0.0, prompt_tokens=prompt_tokens, cached_tokens=cached,
+            mean_kv_usage=usage, prompt_tokens=prompt_tokens, cached_tokens=cached,
             prefix_hit_rate=cached / prompt_tokens if prompt_tokens else 0.0, completed=completed,
             generated_tokens=generated, schedule_calls=calls, per_request=tuple(records),
             per_step_running=tuple(ps_running), per_step_kv_usage_permille=tuple(ps_usage),
             per_step_scheduled_tokens=tuple(ps_tokens), per_step_waiting=tuple(ps_waiting),
-            per_step_start_ps=tuple(ps_start), tiers=tiers,
+            per_step_start_ps=tuple(ps_start), peak_kv_usage_permille=peaks[0], peak_waiting=peaks[1], tiers=tiers,
             queue_steps=percentiles(q_steps), ttft_steps=percentiles(t_steps), e2e_steps=percentiles(e_steps),
             queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
             e2e_s=percentiles(e_s) if timed else None, seconds=clock / 1e12 if timed else None, busy_seconds=busy,

@@ -18,11 +18,9 @@ to the block id (tests/core/sim/test_v1_quiet.py).
 
 from __future__ import annotations
 
-from functools import reduce
 from heapq import heappop, heappush
 from itertools import accumulate, repeat
 from math import sqrt
-from operator import add
 
 from kvplan.core.sim.v1.shares import split, thin
 
@@ -72,12 +70,12 @@ class Stretch:
 
     __slots__ = ("batch", "busy", "clock", "completed", "computed", "entries", "external", "free", "generated",
                  "gpu_hit", "held_c", "internal", "launched", "nxt", "peak", "recomputed", "run_sum", "steps",
-                 "tl_every", "usage")
+                 "peak_usage", "peak_waiting", "tl_every")
 
 
 
 def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, launched: int, held_c: int,
-            steps: int, tl_every: int, usage_sum: float) -> Stretch | None:
+            steps: int, tl_every: int) -> Stretch | None:
     """Advance a quiet stretch from step ``s``; None where none starts here (the loop takes the step). Where no
     request can be admitted (``absorb``), arrivals join ``waiting`` and the stretch ends before a request stops.
     One function on purpose: the simulator's hottest loop (benchmarks/bench_default_path.py), its state in locals."""
@@ -110,11 +108,13 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     if not absorb and not admits:
         kcap = k_arr  # the arrival may be admitted: the loop takes that step
     events: dict[int, list[int]] = {}
-    needs: dict[int, int] = {}
     stops: dict[int, list[int]] = {}
     heap: list[int] = []
+    B = q.block
+    wheel: list[list[int]] = [[] for _ in range(B)]  # at step j, wheel[j % B]: the requests whose token needs a block
+    phase: dict[int, int] = {}
     for i, r in enumerate(running):
-        kcap = q.plan(i, r, c0s[i], nt0s[i], g0s[i], 0, kcap, finishes, events, needs, stops, heap)
+        kcap = q.plan(i, r, c0s[i], nt0s[i], g0s[i], 0, kcap, finishes, events, stops, heap, wheel, phase)
     if kcap < MIN_STEPS:
         return None
     if kcap < 1 << 62:
@@ -122,304 +122,340 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     grow = (mgr.grow_one if len(mgr.kinds) == 1 else mgr.grow) if q.block else None
     plain, cached_free = (pool.plain, pool.cached_free) if q.block else (None, None)  # BlockPool.num_free's parts
     per, budget0, max_seqs, lpt = q.per_crossing, q.budget, q.max_seqs, q.lpt
-    ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = q.ps
+    keep = q.ps is not None  # the per-step figures (V1Result.per_step_*), kept where asked
+    ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = q.ps if keep else ([], [], [], [], [])
     timeline, points = q.timeline, q.points
     out = Stretch()
     sum_free = sum_entries = sum_c = sum_int = sum_ext = run_sum = generated = completed = busy = 0
     gpu_hit = recomputed = admitted_in = 0
     peak = n
     nw = len(waiting)
+    peak_pm = peak_w = 0  # the peaks of the usage (permille) and the waiting queue over the stretch's steps
     gone = False  # a request stopped: the running list is rebuilt at the end
     last_adm: tuple | list = ()  # the batch items of requests admitted at the last step (its batch in flight)
-    nf = -1  # the pool's books, read again after a step that changed them
     k = 0
     while k < kcap:
-        at_mark = heap and heap[0] == k
-        if at_mark:
+        arriving = k == k_arr
+        skip = -1  # a step whose crossings are done here, before the run of steps from it
+        stopping = todo = adm = None
+        if arriving or (heap and heap[0] == k):
+            skip = k
             while heap and heap[0] == k:
                 heappop(heap)
-            need = needs.pop(k, 0)
-            if need and need * per > len(plain) + len(cached_free):  # (paged: contiguous asks none)
-                break  # a crossing finds the pool short: the loop preempts
             stopping = stops.pop(k, None)
-            if stopping is not None and async_ and len(stopping) == n:
-                break  # nothing decodes this step: the loop takes it
+            if stopping is not None and async_:
+                if len(stopping) == n:
+                    break  # nothing decodes this step: the loop takes it
+                for i in stopping:  # their last token is in flight: no block asked for it
+                    if i in phase:
+                        wheel[phase.pop(i)].remove(i)
             todo = events.pop(k, None)
-        else:
-            stopping = todo = None
-        arriving = k == k_arr
-        if arriving:  # the loop's rule: every request seen by now queues
-            seen_by = (launched if async_ else clock) if timed else s + k
-            while arrival is not None and arrival <= seen_by:
-                st = pending[nxt]
-                st.arrival_step = s + k
-                st.arrival_ps = st.req.arrival_ps if timed else clock
-                waiting.append(st)
-                nxt += 1
-                arrival = (None if nxt == n_pending else
-                           pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
-            nw = len(waiting)
-            if absorb:
-                k_arr = arrives(k + 1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)
-        if todo is not None:
-            done = -1
-            for i in todo:
-                if i == done:
-                    continue
-                done = i
-                r = running[i]
-                end, nt = c0s[i] + k + 1, nt0s[i] + k  # (its counts are written when the stretch ends)
-                if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
-                    grow(r, end, nt)  # the pool has the blocks (checked above); its new keys hashed there
-                else:  # a block filled: file it
-                    if nt >= (len(r.hasher.keys) + 1) * hb:
-                        r.hasher.extend(nt)
-                    if min(end, nt) >= (r.ncached[0] + 1) * hb:
-                        mgr.cache_blocks(r, min(end, nt))
-            nf = -1
-        sched = n
-        if stopping is not None and async_:  # their last token is in flight: not scheduled
-            sched -= len(stopping)
-            for i in stopping:
-                kv -= c0s[i] + k
-        adm = None
-        ext_now = 0
-        if arriving and admits and waiting:  # schedule(): the waiting queue after the decodes
-            adm = []
-            budget = budget0 - sched
-            while budget > 0 and waiting and n + len(adm) < max_seqs:
-                r = waiting[0]
-                hits, hit_len = mgr.find_hit(r) if caching else (None, 0)
-                num = r.num_tokens - hit_len
-                if 0 < lpt < num:
-                    num = lpt
-                num = min(num, budget)
-                if not mgr.allocate_slots(r, num, hits, hit_len, 0, admitting=True, has_running=True):
-                    ext_now = mgr.ext
-                    break
-                waiting.popleft()
-                running.append(r)
-                r.num_computed = end = hit_len + num
-                held_c += hit_len
-                samples = end >= r.num_tokens
-                if async_:
-                    r.in_flight += num
-                    if samples:
-                        r.placeholders += 1
-                gpu_hit += hit_len
-                recomputed += r.num_tokens - hit_len
-                if r.first_scheduled_step < 0:
-                    r.first_scheduled_step = s + k
-                    r.first_scheduled_ps = clock
-                    r.cached_tokens = hit_len
-                    r.cpu_tokens = 0
-                adm.append((r, num, samples))
-                admitted_in += 1
-                budget -= num
-            nw = len(waiting)
-            nf = -1
-        if nf < 0:
-            nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
-            entries, internal = mgr.entries, mgr.internal
-            u = 1.0 - nf / capacity
-            permille = round(u * 1000)
-        if stopping is None and adm is None:
-            # steps k .. stop - 1 have the same figures
-            stop = heap[0] if heap else kcap
-            if k_arr < stop:
-                stop = k_arr
-            if stop > kcap:
-                stop = kcap
-            g = stop - k
-            h0 = held_c
-            held_c += n * g
-            before = steps
-            steps += g
-            run_sum += n * g
-            generated += n * g
-            if g == 1:
-                usage_sum += u
-            else:
-                usage_sum = reduce(add, repeat(u, g), usage_sum)  # in the loop's order: the same float sum
-            sum_free += g * nf
-            sum_entries += g * entries
-            sum_c += g * h0 + n * g * (g + 1) // 2
-            sum_int += g * internal
-            # step k + j starts at clock + j * base + pt * (j * kv + n * j * (j + 1) // 2)
-            if tl_every:
-                at = (before // tl_every + 1) * tl_every
-                while at <= steps:
-                    j = at - before - 1
-                    timeline.append((s + k + j, clock + j * base + pt * (j * kv + n * j * (j + 1) // 2),
-                                     *split(books, 1, nf, entries, h0 + n * (j + 1), internal, 0)))
+            crossing = wheel[k % B] if B else None
+            if crossing:
+                if len(crossing) * per > len(plain) + len(cached_free):
+                    break  # a crossing finds the pool short: the loop preempts
+                todo = crossing if todo is None else sorted(crossing + todo)  # in running order
+            if arriving:  # the loop's rule: every request seen by now queues
+                seen_by = (launched if async_ else clock) if timed else s + k
+                while arrival is not None and arrival <= seen_by:
+                    st = pending[nxt]
+                    st.arrival_step = s + k
+                    st.arrival_ps = st.req.arrival_ps if timed else clock
+                    waiting.append(st)
+                    nxt += 1
+                    arrival = (None if nxt == n_pending else
+                               pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+                nw = len(waiting)
+                if absorb:
+                    k_arr = arrives(k + 1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)
+            if todo is not None:
+                done = -1
+                for i in todo:
+                    if i == done:
+                        continue
+                    done = i
+                    r = running[i]
+                    end, nt = c0s[i] + k + 1, nt0s[i] + k  # (its counts are written when the stretch ends)
+                    if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
+                        grow(r, end, nt)  # the pool has the blocks (checked above); its new keys hashed there
+                    else:  # a block filled: file it
+                        if nt >= (len(r.hasher.keys) + 1) * hb:
+                            r.hasher.extend(nt)
+                        if min(end, nt) >= (r.ncached[0] + 1) * hb:
+                            mgr.cache_blocks(r, min(end, nt))
+            if stopping is not None and not async_:  # they stop after this step's block
+                for i in stopping:
+                    if i in phase:
+                        wheel[phase.pop(i)].remove(i)
+            sched = n
+            if stopping is not None and async_:  # their last token is in flight: not scheduled
+                sched -= len(stopping)
+                for i in stopping:
+                    kv -= c0s[i] + k
+            ext_now = 0
+            if arriving and admits and waiting:  # schedule(): the waiting queue after the decodes
+                adm = []
+                budget = budget0 - sched
+                while budget > 0 and waiting and n + len(adm) < max_seqs:
+                    r = waiting[0]
+                    hits, hit_len = mgr.find_hit(r) if caching else (None, 0)
+                    num = r.num_tokens - hit_len
+                    if 0 < lpt < num:
+                        num = lpt
+                    num = min(num, budget)
+                    if not mgr.allocate_slots(r, num, hits, hit_len, 0, admitting=True, has_running=True):
+                        ext_now = mgr.ext
+                        break
+                    waiting.popleft()
+                    running.append(r)
+                    r.num_computed = end = hit_len + num
+                    held_c += hit_len
+                    samples = end >= r.num_tokens
+                    if async_:
+                        r.in_flight += num
+                        if samples:
+                            r.placeholders += 1
+                    gpu_hit += hit_len
+                    recomputed += r.num_tokens - hit_len
+                    if r.first_scheduled_step < 0:
+                        r.first_scheduled_step = s + k
+                        r.first_scheduled_ps = clock
+                        r.cached_tokens = hit_len
+                        r.cpu_tokens = 0
+                    adm.append((r, num, samples))
+                    admitted_in += 1
+                    budget -= num
+                nw = len(waiting)
+            if stopping is not None or adm is not None:
+                nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
+                entries, internal = mgr.entries, mgr.internal
+                permille = round((1.0 - nf / capacity) * 1000)
+                # ---- a step where requests stop, are admitted or see their first token: the loop's own figures ----
+                total = sched
+                kv_tokens = kv + sched
+                prefill = 0
+                if adm:
+                    for r, num, _ in adm:
+                        total += num
+                        prefill += num
+                        kv_tokens += r.num_computed
+                nr = n + (len(adm) if adm else 0)
+                held_c += total
+                steps += 1
+                run_sum += nr
+                if nr > peak:
+                    peak = nr
+                if permille > peak_pm:
+                    peak_pm = permille
+                if nw > peak_w:
+                    peak_w = nw
+                sum_free += nf
+                sum_entries += entries
+                sum_c += held_c
+                sum_int += internal
+                sum_ext += ext_now
+                if tl_every and steps % tl_every == 0:
+                    timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, ext_now)))
                     tl_every = thin(timeline, points, tl_every)
-                    at = (at // tl_every + 1) * tl_every
-            if g == 1:
-                ps_running.append(n)
-                ps_usage.append(permille)
-                ps_tokens.append(n)
-                ps_waiting.append(nw)
-            else:
-                ps_running += [n] * g
-                ps_usage += [permille] * g
-                ps_tokens += [n] * g
-                ps_waiting += [nw] * g
-            if step_model is not None:
-                if g == 1:
-                    ps_start.append(clock)
-                    launched = clock
-                    duration = base + pt * (kv + n)
-                else:  # step j lasts d0 + j * pt * n: the starts are their running sums, from clock
-                    d0, dd = base + pt * (kv + n), pt * n
-                    ps_start += (accumulate(range(d0, d0 + dd * (g - 1), dd), initial=clock) if dd else
-                                 accumulate(repeat(d0, g - 1), initial=clock))
-                    launched = ps_start[-1]
-                    duration = g * d0 + dd * (g * (g - 1) // 2)
-                busy += duration
-                clock += duration
-            else:
+                if keep:
+                    ps_running.append(nr)
+                    ps_usage.append(permille)
+                    ps_tokens.append(total)
+                    ps_waiting.append(nw)
+                    if step_model is not None:
+                        ps_start.append(clock)
                 launched = clock
-            kv += n * g
-            last_adm = ()
-            k = stop
-            continue
-        # ---- a step where requests stop, are admitted or see their first token: the loop's own figures ----
-        total = sched
-        kv_tokens = kv + sched
-        prefill = 0
-        if adm:
-            for r, num, _ in adm:
-                total += num
-                prefill += num
-                kv_tokens += r.num_computed
-        nr = n + (len(adm) if adm else 0)
-        held_c += total
-        steps += 1
-        run_sum += nr
-        if nr > peak:
-            peak = nr
-        usage_sum += u
-        sum_free += nf
-        sum_entries += entries
-        sum_c += held_c
-        sum_int += internal
-        sum_ext += ext_now
-        if tl_every and steps % tl_every == 0:
-            timeline.append((s + k, clock, *split(books, 1, nf, entries, held_c, internal, ext_now)))
-            tl_every = thin(timeline, points, tl_every)
-        ps_running.append(nr)
-        ps_usage.append(permille)
-        ps_tokens.append(total)
-        ps_waiting.append(nw)
-        launched = clock
-        if step_model is not None:
-            ps_start.append(clock)
-            duration = base + pt * kv_tokens + ppt * prefill
-            busy += duration
-            clock += duration
-        kv = kv_tokens
-        k += 1
-        # update_from_output(): the batch of the step before (async) or this one (sync), in running order
-        generated += n if async_ else sched
-        if stopping is not None:  # their last token; blocks freed in running order
-            if check is not None:  # the invariants at this step, as the loop checks them (tests only)
-                for i, r in enumerate(running):
-                    if r.finish_step < 0 and i < len(c0s):
-                        r.num_computed, r.num_tokens = c0s[i] + k - (async_ and i in stopping), nt0s[i] + k - 1
-                check([r for r in running if r.finish_step < 0], waiting, held_c, budget0 - total,
-                      split(books, 1, nf, entries, held_c, internal, ext_now))
-            at, end_clock = (s + k - 2, launched) if async_ else (s + k - 1, clock)
-            for i in stopping:
-                r = running[i]
-                r.num_computed = c0s[i] + k - lag
-                r.num_tokens = nt = nt0s[i] + k
-                r.generated = g0s[i] + k
-                if caching and nt >= (len(r.hasher.keys) + 1) * hb:
-                    r.hasher.extend(nt)
-                if async_:
-                    r.in_flight = r.placeholders = 0
-                    if caching and min(r.num_computed, nt) >= (r.ncached[0] + 1) * hb:
-                        mgr.cache_blocks(r, min(r.num_computed, nt))
-                else:
-                    kv -= r.num_computed
-                r.finish_step, r.finish_ps = at, end_clock
-                mgr.free(r)
-                r.hasher = None
-                held_c -= r.num_computed
-                completed += 1
-            n -= len(stopping)
-            gone = True
-            nf = -1
-        last_adm = ()
-        if adm is not None:
-            last_adm = []
-            nf = -1
-            ends = bool(waiting)  # a request left waiting: the loop's rules decide from here
-            for r, num, samples in adm:
-                i = len(c0s)
-                if not samples:
-                    ends = True  # a prompt in chunks: the loop schedules the rest
-                elif not async_:  # its first token, now
-                    r.num_tokens += 1
-                    r.generated += 1
-                    generated += 1
-                    r.first_token_step, r.first_token_ps = s + k - 1, clock
-                    if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
-                        r.hasher.extend(r.num_tokens)
-                    if r.num_tokens >= q.mml or r.generated >= r.max_tokens:
-                        r.finish_step, r.finish_ps = s + k - 1, clock
+                if step_model is not None:
+                    duration = base + pt * kv_tokens + ppt * prefill
+                    busy += duration
+                    clock += duration
+                kv = kv_tokens
+                k += 1
+                # update_from_output(): the batch of the step before (async) or this one (sync), in running order
+                generated += n if async_ else sched
+                if stopping is not None:  # their last token; blocks freed in running order
+                    if check is not None:  # the invariants at this step, as the loop checks them (tests only)
+                        for i, r in enumerate(running):
+                            if r.finish_step < 0 and i < len(c0s):
+                                r.num_computed, r.num_tokens = c0s[i] + k - (async_ and i in stopping), nt0s[i] + k - 1
+                        check([r for r in running if r.finish_step < 0], waiting, held_c, budget0 - total,
+                              split(books, 1, nf, entries, held_c, internal, ext_now))
+                    at, end_clock = (s + k - 2, launched) if async_ else (s + k - 1, clock)
+                    for i in stopping:
+                        r = running[i]
+                        r.num_computed = c0s[i] + k - lag
+                        r.num_tokens = nt = nt0s[i] + k
+                        r.generated = g0s[i] + k
+                        if caching and nt >= (len(r.hasher.keys) + 1) * hb:
+                            r.hasher.extend(nt)
+                        if async_:
+                            r.in_flight = r.placeholders = 0
+                            if caching and min(r.num_computed, nt) >= (r.ncached[0] + 1) * hb:
+                                mgr.cache_blocks(r, min(r.num_computed, nt))
+                        else:
+                            kv -= r.num_computed
+                        r.finish_step, r.finish_ps = at, end_clock
                         mgr.free(r)
                         r.hasher = None
                         held_c -= r.num_computed
-                        kv -= r.num_computed
                         completed += 1
-                        gone = True
-                # its steady state from step k on (where the stretch ends here: as the loop leaves it)
-                c0s.append(r.num_computed - k)
-                nt0s.append(r.num_tokens - k)
-                g0s.append(r.generated - k)
-                if r.finish_step < 0:
-                    n += 1
-                    if samples:
-                        kcap = q.plan(i, r, r.num_computed - k, r.num_tokens - k, r.generated - k, k, kcap, True,
-                                      events, needs, stops, heap)
-                        if async_:  # its first token, processed at the next step (undone below if none comes)
+                    n -= len(stopping)
+                    gone = True
+                last_adm = ()
+                if adm is not None:
+                    last_adm = []
+                    ends = bool(waiting)  # a request left waiting: the loop's rules decide from here
+                    for r, num, samples in adm:
+                        i = len(c0s)
+                        if not samples:
+                            ends = True  # a prompt in chunks: the loop schedules the rest
+                        elif not async_:  # its first token, now
+                            r.num_tokens += 1
+                            r.generated += 1
+                            generated += 1
                             r.first_token_step, r.first_token_ps = s + k - 1, clock
-                            r.in_flight = 1
-                last_adm.append((r, num, samples))
-            if ends:
+                            if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
+                                r.hasher.extend(r.num_tokens)
+                            if r.num_tokens >= q.mml or r.generated >= r.max_tokens:
+                                r.finish_step, r.finish_ps = s + k - 1, clock
+                                mgr.free(r)
+                                r.hasher = None
+                                held_c -= r.num_computed
+                                kv -= r.num_computed
+                                completed += 1
+                                gone = True
+                        # its steady state from step k on (where the stretch ends here: as the loop leaves it)
+                        c0s.append(r.num_computed - k)
+                        nt0s.append(r.num_tokens - k)
+                        g0s.append(r.generated - k)
+                        if r.finish_step < 0:
+                            n += 1
+                            if samples:
+                                kcap = q.plan(i, r, r.num_computed - k, r.num_tokens - k, r.generated - k, k, kcap, True,
+                                              events, stops, heap, wheel, phase)
+                                if async_:  # its first token, processed at the next step (undone below if none comes)
+                                    r.first_token_step, r.first_token_ps = s + k - 1, clock
+                                    r.in_flight = 1
+                        last_adm.append((r, num, samples))
+                    if ends:
+                        break
+                if not n:
+                    break
+                # the clock's rule from here on, and when the next arrival is seen
+                k0, clock0, kv0 = k, clock, kv
+                if not absorb:
+                    if arrival is None:
+                        k_arr = kcap
+                    elif ((launched if async_ else clock) if timed else s + k) >= arrival:
+                        k_arr = k
+                    else:
+                        k_arr = arrives(k + 1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)
+                    if not admits and k_arr < kcap:
+                        kcap = k_arr
+                continue
+        # ---- steps k .. stop - 1: nothing stops, is admitted, filed apart or arrives; the wheel's crossings ----
+        stop = heap[0] if heap else kcap
+        if k_arr < stop:
+            stop = k_arr
+        if stop > kcap:
+            stop = kcap
+        nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
+        entries, internal = mgr.entries, mgr.internal
+        permille = round((1.0 - nf / capacity) * 1000)
+        jp, short = k, False  # where the run of the pool's present figures started; whether the pool ran short
+        chg = [(k, nf, entries, internal)] if tl_every else None
+        for j in range(k, stop) if B else ():
+            crossing = wheel[j % B]
+            if not crossing or j == skip:
+                continue
+            if len(crossing) * per > nf:
+                stop, short = j, True  # a crossing finds the pool short: the loop preempts
                 break
-        if not n:
+            g = j - jp
+            if g:
+                sum_free += g * nf
+                sum_entries += g * entries
+                sum_int += g * internal
+                if keep:
+                    ps_usage += [permille] * g
+                jp = j
+            for i in crossing:
+                grow(running[i], c0s[i] + j + 1, nt0s[i] + j)
+            nf = len(plain) + len(cached_free)
+            entries, internal = mgr.entries, mgr.internal
+            permille = round((1.0 - nf / capacity) * 1000)
+            if chg is not None:
+                chg.append((j, nf, entries, internal))
+        g = stop - jp
+        sum_free += g * nf
+        sum_entries += g * entries
+        sum_int += g * internal
+        g = stop - k
+        if not g:
             break
-        # the clock's rule from here on, and when the next arrival is seen
-        k0, clock0, kv0 = k, clock, kv
-        if not absorb:
-            if arrival is None:
-                k_arr = kcap
-            elif ((launched if async_ else clock) if timed else s + k) >= arrival:
-                k_arr = k
-            else:
-                k_arr = arrives(k + 1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)
-            if not admits and k_arr < kcap:
-                kcap = k_arr
+        if permille > peak_pm:
+            peak_pm = permille
+        if nw > peak_w:
+            peak_w = nw
+        if keep:
+            ps_usage += [permille] * (stop - jp)
+            ps_running += [n] * g
+            ps_tokens += [n] * g
+            ps_waiting += [nw] * g
+        h0 = held_c
+        held_c += n * g
+        before = steps
+        steps += g
+        run_sum += n * g
+        generated += n * g
+        sum_c += g * h0 + n * g * (g + 1) // 2
+        # step k + j starts at clock + j * base + pt * (j * kv + n * j * (j + 1) // 2)
+        if tl_every:
+            at = (before // tl_every + 1) * tl_every
+            c = 0
+            while at <= steps:
+                j = at - before - 1
+                while c + 1 < len(chg) and chg[c + 1][0] <= k + j:
+                    c += 1
+                _, tf, te, ti = chg[c]
+                timeline.append((s + k + j, clock + j * base + pt * (j * kv + n * j * (j + 1) // 2),
+                                 *split(books, 1, tf, te, h0 + n * (j + 1), ti, 0)))
+                tl_every = thin(timeline, points, tl_every)
+                at = (at // tl_every + 1) * tl_every
+        if step_model is not None:  # step j lasts d0 + j * pt * n: the starts are their running sums, from clock
+            d0, dd = base + pt * (kv + n), pt * n
+            if keep:
+                ps_start += (accumulate(range(d0, d0 + dd * (g - 1), dd), initial=clock) if dd else
+                             accumulate(repeat(d0, g - 1), initial=clock))
+            launched = clock + (g - 1) * d0 + dd * ((g - 1) * (g - 2) // 2)
+            duration = g * d0 + dd * (g * (g - 1) // 2)
+            busy += duration
+            clock += duration
+        else:
+            launched = clock
+        kv += n * g
+        last_adm = ()
+        k = stop
+        if short:
+            break
     if not k:
         return None  # it broke off before its first step, which changed nothing
     out.free, out.entries, out.computed, out.internal, out.external = sum_free, sum_entries, sum_c, sum_int, sum_ext
     out.busy, out.run_sum, out.peak, out.completed, out.generated = busy, run_sum, peak, completed, generated
     out.gpu_hit, out.recomputed = gpu_hit, recomputed
     if gone:
-        keep = [i for i, r in enumerate(running) if r.finish_step < 0]
-        running[:] = [running[i] for i in keep]
-        c0s = [c0s[i] for i in keep]
-        nt0s = [nt0s[i] for i in keep]
-        g0s = [g0s[i] for i in keep]
+        alive = [i for i, r in enumerate(running) if r.finish_step < 0]
+        running[:] = [running[i] for i in alive]
+        c0s = [c0s[i] for i in alive]
+        nt0s = [nt0s[i] for i in alive]
+        g0s = [g0s[i] for i in alive]
     for i, r in enumerate(running):
         r.num_computed, r.num_tokens, r.generated = c0s[i] + k, nt0s[i] + k, g0s[i] + k
         if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
             r.hasher.extend(r.num_tokens)
     out.steps, out.clock, out.launched, out.held_c, out.tl_every = k, clock, launched, held_c, tl_every
     out.nxt = nxt
-    out.usage = usage_sum
+    out.peak_usage, out.peak_waiting = peak_pm, peak_w
     q.count += 1
     q.steps += k
     q.stopped += completed

@@ -231,7 +231,7 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
     block = min(g.block_size for g in layout.groups)
     notes.append(f"simulator: vllm-v1 ({why}); pool: {layout.num_blocks:,} blocks of {block} tokens in "
                  f"{len(layout.groups)} KV cache group(s), from vLLM {choice.version}'s plan as `kvplan fit`")
-    inputs = V1Inputs(requests=tuple(requests), scheduler=scheduler, layout=layout, offload=offload,
+    inputs = V1Inputs(requests=requests, scheduler=scheduler, layout=layout, offload=offload,
                       step_model=step_model(wf, path, serving, pool, notes), notes=tuple(notes))
     runs = _v1_allocators(wf, path, inputs, block, allocators, placement, notes)
     return V1Run(inputs=runs[0], others=runs[1:], block_size=block, session_turns=tuple(gen.turn_links),

@@ -7,6 +7,7 @@ releases 0.11.0 and 0.33.0 is SchedulerConfig.rules (kvplan.core.engines.vllm.sc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvplan.core.engines.base import cdiv
@@ -134,7 +135,7 @@ class V1Request:
 
 @dataclass(frozen=True, kw_only=True)
 class V1Inputs:
-    requests: tuple[V1Request, ...]
+    requests: Sequence[V1Request]  # a tuple, or kvplan.core.sim.v1.tables.RequestTable (a million in 50 MB)
     scheduler: SchedulerConfig
     layout: CacheLayout
     offload: OffloadConfig | None = None

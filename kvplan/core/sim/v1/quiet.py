@@ -59,6 +59,7 @@ class Quiet:
         # stretches taken, the steps they advanced, the requests admitted and stopped inside (the tests check them)
         self.count = self.steps = self.admitted = self.stopped = 0
         self.check = sim._check if sim.check else None
+        self.record = sim.records.write  # a finished request's record (kvplan.core.sim.v1.tables.RequestRecords)
 
     def _admits_none(self, running: list[ReqState], waiting) -> bool:
         """Whether no waiting request can be admitted at any step of a stretch starting here: max_num_seqs run,

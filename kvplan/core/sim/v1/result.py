@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvplan.core.sim.stats import Percentiles, percentiles  # noqa: F401  (one for both simulators)
@@ -64,7 +65,7 @@ class V1Result:
     completed: int
     generated_tokens: int
     schedule_calls: int  # every schedule() call, empty ones included
-    per_request: tuple[RequestRecord, ...]
+    per_request: Sequence[RequestRecord]  # a tuple, or the simulator's columns (kvplan.core.sim.v1.tables)
     per_step_running: tuple[int, ...]
     per_step_kv_usage_permille: tuple[int, ...]
     per_step_scheduled_tokens: tuple[int, ...]

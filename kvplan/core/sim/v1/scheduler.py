@@ -37,9 +37,11 @@ from kvplan.core.sim.v1.inputs import V1Inputs
 from kvplan.core.sim.v1.manager import KVCacheManager
 from kvplan.core.sim.v1.offload import CPUTier
 from kvplan.core.sim.v1.quiet import Quiet
-from kvplan.core.sim.v1.result import RequestRecord, TierStats, V1Result, percentiles
-from kvplan.core.sim.v1.shares import Shares, TimelinePoint, shares, split, thin, timeline_every
+from kvplan.core.sim.v1.outcome import Tally, v1_result
+from kvplan.core.sim.v1.result import V1Result
+from kvplan.core.sim.v1.shares import shares, split, thin, timeline_every
 from kvplan.core.sim.v1.state import ReqState
+from kvplan.core.sim.v1.tables import Columns, Pending, RequestRecords
 from kvplan.errors import InputError
 
 MAX_IDLE_STEPS = 1 << 40
@@ -81,31 +83,35 @@ class _Sim:
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
         self.check = check
         self.fast, self.timeline_points, self.per_step = True, 0, True
-        ng = len(inputs.layout.groups)
-        timed = [r.arrival_ps is not None for r in inputs.requests]
-        if any(timed) and not all(timed):
+        requests = inputs.requests
+        cols = self.columns = Columns.of(requests)
+        if cols.mixed_times(requests):
             raise InputError("give every request an arrival time, or none (arrival steps)")
-        self.timed = bool(timed) and all(timed)
+        self.timed = cols.arrival_ps is not None
         if self.timed and inputs.step_model is None:
             raise InputError("requests that arrive in time need a step-time model")
-        hash_block = self.mgr.hash_block
-        states = []
-        for i, r in enumerate(inputs.requests):
-            if r.prompt_len < 1 or r.output[1] < 1:
-                raise InputError(f"request {r.id}: needs at least one prompt token and one output token")
-            if r.prompt_len >= cfg.max_model_len:
-                raise InputError(f"request {r.id}: prompt of {r.prompt_len} tokens reaches max_model_len "
-                                 f"{cfg.max_model_len}; vLLM rejects it")
-            st = ReqState(i, r, ng)
-            if hash_block:
-                st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
-                st.hasher.extend(st.num_tokens)
-            states.append(st)
+        mml = cfg.max_model_len
+        for i, (p, o) in enumerate(zip(cols.prompt, cols.output)):
+            if p < 1 or o < 1:
+                raise InputError(f"request {requests[i].id}: needs at least one prompt token and one output token")
+            if p >= mml:
+                raise InputError(f"request {requests[i].id}: prompt of {p} tokens reaches max_model_len {mml}; vLLM "
+                                 "rejects it")
         if isinstance(self.mgr, ContiguousManager):
-            self.mgr.screen(states)
-        key = (lambda s: (s.req.arrival_ps, s.index)) if self.timed else (lambda s: (s.req.arrival_step, s.index))
-        self.pending = sorted(states, key=key)
-        self.states = states
+            self.mgr.screen(self._state(i) for i in range(len(requests)))
+        # the requests in arrival order, each made a state when the loop first reads it (a million requests' states,
+        # block keys included, would take gigabytes), and recorded when it finishes
+        self.pending = Pending(cols.arrival_order(), self._state)
+        self.records = RequestRecords(requests, timed=inputs.step_model is not None)
+
+    def _state(self, i: int) -> ReqState:
+        r = self.inputs.requests[i]
+        st = ReqState(i, r, len(self.inputs.layout.groups))
+        hash_block = self.mgr.hash_block
+        if hash_block:
+            st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
+            st.hasher.extend(st.num_tokens)
+        return st
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> V1Result:
@@ -126,7 +132,7 @@ class _Sim:
         lpt_alone = 0 if rules.threshold_needs_company else lpt0  # 0.31.0: no cap for a request alone
         skip_last = rules.async_skip_last_in_flight  # 0.11.1
         step_model = self.inputs.step_model
-        pending, timed = self.pending, self.timed
+        pending, timed, record = self.pending, self.timed, self.records.write
         n_pending = len(pending)
         nxt = 0
         waiting: deque[ReqState] = deque()
@@ -149,7 +155,7 @@ class _Sim:
         held_c = sum_free = sum_entries = sum_c = sum_int = sum_ext = 0
         points = self.timeline_points
         timeline: list[TimelinePoint] = []
-        tl_every = timeline_every(points, n_pending, sum(r.max_tokens for r in pending) if points else 0, max_seqs)
+        tl_every = timeline_every(points, n_pending, sum(self.columns.output) if points else 0, max_seqs)
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
         in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
@@ -395,6 +401,7 @@ class _Sim:
                     r.finish_ps = end_clock
                     mgr.free(r)
                     r.hasher = None  # its block keys: the pool files what it keeps; a million requests' keys add up
+                    record(r)
                     held_c -= r.num_computed
                     completed += 1
                     if finished is None:
@@ -412,9 +419,11 @@ class _Sim:
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         # the mean of 1 - free / capacity over the counted steps, from the exact sum of the free blocks
         usage = 1.0 - sum_free / (steps * capacity) if steps and capacity else 0.0
-        return self._result(steps, run_sum, peak, preemptions, usage, completed, generated, s, clock, busy_ps,
-                            ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
-                            memory, tuple(timeline), (peak_pm, peak_w))
+        return v1_result(self, Tally(steps=steps, run_sum=run_sum, peak=peak, preemptions=preemptions, usage=usage,
+                                     completed=completed, generated=generated, calls=s, clock=clock, busy_ps=busy_ps,
+                                     gpu_hit=gpu_hit, cpu_hit=cpu_hit, recomputed=recomputed, peak_usage=peak_pm,
+                                     peak_waiting=peak_w),
+                         (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start), memory, tuple(timeline))
 
     def _outgrows(self, r: ReqState) -> None:
         """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
@@ -436,65 +445,3 @@ class _Sim:
         assert not ({r.index for r in running} & {r.index for r in waiting}), "a request is running and waiting"
         assert computed == sum(r.num_computed for r in running), "the computed tokens' books drifted"
         assert books is None or min(books) >= 0, f"a negative share: {books}"
-
-    def _result(self, steps, run_sum, peak, preemptions, usage, completed, generated, calls, clock, busy_ps,
-                ps_running, ps_usage, ps_tokens, gpu_hit, cpu_hit, recomputed, ps_waiting, ps_start,
-                memory: Shares | None, timeline: tuple[TimelinePoint, ...], peaks: tuple[int, int]) -> V1Result:
-        states = self.states
-        timed = self.inputs.step_model is not None
-        records = []
-        q_steps, t_steps, e_steps, q_s, t_s, e_s = [], [], [], [], [], []
-        for r in states:
-            rec = RequestRecord(
-                id=r.req.id, arrival_step=r.arrival_step, first_scheduled_step=r.first_scheduled_step,
-                first_token_step=r.first_token_step, finish_step=r.finish_step, num_preemptions=r.num_preemptions,
-                num_cached_tokens=r.cached_tokens, num_cpu_tokens=r.cpu_tokens,
-                queue_s=(r.first_scheduled_ps - r.arrival_ps) / 1e12 if timed else None,
-                ttft_s=(r.first_token_ps - r.arrival_ps) / 1e12 if timed else None,
-                e2e_s=(r.finish_ps - r.arrival_ps) / 1e12 if timed else None)
-            records.append(rec)
-            q_steps.append(r.first_scheduled_step - r.arrival_step)
-            t_steps.append(r.first_token_step - r.arrival_step + 1)
-            e_steps.append(r.finish_step - r.arrival_step + 1)
-            if timed:
-                q_s.append(rec.queue_s)
-                t_s.append(rec.ttft_s)
-                e_s.append(rec.e2e_s)
-        prompt_tokens = sum(r.prompt_len for r in states)
-        cached = sum(r.cached_tokens for r in states)
-        cpu = self.cpu
-        bw = cpu.bandwidth if cpu else 1.0
-        tiers = TierStats(
-            gpu_hit_tokens=gpu_hit, cpu_hit_tokens=cpu_hit, recomputed_tokens=recomputed,
-            gpu_evicted_blocks=self.mgr.pool.evicted,
-            cpu_capacity_chunks=cpu.capacity if cpu else 0, cpu_stored_chunks=cpu.stored_chunks if cpu else 0,
-            cpu_loaded_chunks=cpu.loaded_chunks if cpu else 0, cpu_evicted_chunks=cpu.evicted_chunks if cpu else 0,
-            bytes_to_cpu=cpu.bytes_stored if cpu else 0, bytes_from_cpu=cpu.bytes_loaded if cpu else 0,
-            load_seconds=cpu.bytes_loaded / bw if cpu else 0.0, store_seconds=cpu.bytes_stored / bw if cpu else 0.0)
-        busy = busy_ps / 1e12 if timed else None
-        return V1Result(
-            steps=steps, mean_running=run_sum / steps if steps else 0.0, peak_running=peak, preemptions=preemptions,
-            mean_kv_usage=usage, prompt_tokens=prompt_tokens, cached_tokens=cached,
-            prefix_hit_rate=cached / prompt_tokens if prompt_tokens else 0.0, completed=completed,
-            generated_tokens=generated, schedule_calls=calls, per_request=tuple(records),
-            per_step_running=tuple(ps_running), per_step_kv_usage_permille=tuple(ps_usage),
-            per_step_scheduled_tokens=tuple(ps_tokens), per_step_waiting=tuple(ps_waiting),
-            per_step_start_ps=tuple(ps_start), peak_kv_usage_permille=peaks[0], peak_waiting=peaks[1], tiers=tiers,
-            queue_steps=percentiles(q_steps), ttft_steps=percentiles(t_steps), e2e_steps=percentiles(e_steps),
-            queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
-            e2e_s=percentiles(e_s) if timed else None, seconds=clock / 1e12 if timed else None, busy_seconds=busy,
-            throughput_tokens_per_s=generated / busy if busy else None, notes=self.inputs.notes + self._notes(memory),
-            allocator=self._allocator_name(), timeline=timeline,
-            **({f: getattr(memory, f) for f in Shares.__slots__} if memory is not None else {}))
-
-    def _allocator_name(self) -> str:
-        alloc = self.inputs.allocator
-        if alloc is not None and not alloc.paged:
-            return alloc.name
-        return f"paged-{min(g.block_size for g in self.inputs.layout.groups)}"
-
-    def _notes(self, memory: Shares | None) -> tuple[str, ...]:
-        if memory is None and not self.mgr.books.measured:
-            return (("memory shares not measured: a Mamba/linear-attention group holds a per-sequence state, not "
-                     "token slots"),)
-        return ()

@@ -87,7 +87,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     kmax = q._bound(running, batch, finishes)
     if kmax < MIN_STEPS:
         return None
-    mgr, pool, books, capacity, check = q.mgr, q.pool, q.books, q.capacity, q.check
+    mgr, pool, books, capacity, check, record = q.mgr, q.pool, q.books, q.capacity, q.check, q.record
     step_model, timed, async_, caching, hb = q.step_model, q.timed, q.async_, q.caching, q.hash_block
     n = len(running)
     c0s = [r.num_computed for r in running]
@@ -297,6 +297,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                         r.finish_step, r.finish_ps = at, end_clock
                         mgr.free(r)
                         r.hasher = None
+                        record(r)
                         held_c -= r.num_computed
                         completed += 1
                     n -= len(stopping)
@@ -320,6 +321,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                                 r.finish_step, r.finish_ps = s + k - 1, clock
                                 mgr.free(r)
                                 r.hasher = None
+                                record(r)
                                 held_c -= r.num_computed
                                 kv -= r.num_computed
                                 completed += 1

@@ -1,0 +1,206 @@
+"""Requests and their records as columns, for runs of a million requests: a tuple of V1Request takes about 350
+bytes a request and one of RequestRecord about 200, where these columns take about 50 and 88
+(benchmarks/bench_default_path.py measures the whole run's peak).
+
+- ``RequestTable``: the requests a workload generates (kvplan.app.requests), a Sequence of V1Request whose id is
+  the row number, with every request's arrival time;
+- ``Columns``: what the simulator reads of all requests before the run (lengths, arrivals), from a table or any
+  sequence of V1Request;
+- ``RequestRecords``: what the simulator records of each request as it finishes (kvplan.core.sim.v1.result), a
+  Sequence of RequestRecord in request order.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+from kvplan.core.sim.v1.inputs import Segment, V1Request
+from kvplan.core.sim.v1.result import RequestRecord
+
+
+class RequestTable(Sequence[V1Request]):
+    """Requests appended in order (``append``), read back as V1Request values."""
+
+    __slots__ = ("_arrival", "_len", "_out_len", "_out_seg", "_seg", "_start")
+
+    def __init__(self) -> None:
+        self._start = array("q", [0])  # row i's prompt segments: _seg/_len[_start[i]:_start[i + 1]]
+        self._seg, self._len = array("q"), array("q")
+        self._out_seg, self._out_len = array("q"), array("q")
+        self._arrival = array("q")  # picoseconds
+
+    def append(self, prompt: Sequence[Segment], output: Segment, arrival_ps: int) -> int:
+        """Add a request; its row number (and id)."""
+        for seg, n in prompt:
+            self._seg.append(seg)
+            self._len.append(n)
+        self._start.append(len(self._seg))
+        self._out_seg.append(output[0])
+        self._out_len.append(output[1])
+        self._arrival.append(arrival_ps)
+        return len(self._arrival) - 1
+
+    def __len__(self) -> int:
+        return len(self._arrival)
+
+    @overload
+    def __getitem__(self, i: int) -> V1Request: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[V1Request]: ...
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self._arrival)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        a, b = self._start[i], self._start[i + 1]
+        prompt = tuple(zip(self._seg[a:b], self._len[a:b]))
+        return V1Request(id=str(i), prompt=prompt, output=(self._out_seg[i], self._out_len[i]),
+                         arrival_ps=self._arrival[i])
+
+    def __iter__(self) -> Iterator[V1Request]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RequestTable):
+            return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+        if isinstance(other, Sequence):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def columns(self) -> Columns:
+        starts = self._start
+        lens = self._len
+        prompt = array("q", (sum(lens[starts[i]:starts[i + 1]]) for i in range(len(self))))
+        return Columns(prompt=prompt, output=self._out_len, arrival_ps=self._arrival, arrival_step=None)
+
+
+class Columns:
+    """Every request's prompt and output lengths and arrival (picoseconds, or steps where none has a time)."""
+
+    __slots__ = ("arrival_ps", "arrival_step", "output", "prompt")
+
+    def __init__(self, *, prompt: Sequence[int], output: Sequence[int], arrival_ps: Sequence[int] | None,
+                 arrival_step: Sequence[int] | None) -> None:
+        self.prompt, self.output, self.arrival_ps, self.arrival_step = prompt, output, arrival_ps, arrival_step
+
+    @staticmethod
+    def of(requests: Sequence[V1Request]) -> Columns:
+        """From a table's own columns, or by reading each request; ``arrival_ps`` None unless every request has a
+        time (a mix is refused by the simulator)."""
+        if isinstance(requests, RequestTable):
+            return requests.columns()
+        times = [r.arrival_ps for r in requests]
+        timed = bool(times) and all(t is not None for t in times)
+        return Columns(prompt=[r.prompt_len for r in requests], output=[r.output[1] for r in requests],
+                       arrival_ps=times if timed else None, arrival_step=[r.arrival_step for r in requests])
+
+    def mixed_times(self, requests: Sequence[V1Request]) -> bool:
+        """Whether some requests have an arrival time and others not."""
+        if self.arrival_ps is not None or isinstance(requests, RequestTable):
+            return False
+        return any(r.arrival_ps is not None for r in requests)
+
+    def arrival_order(self) -> Sequence[int]:
+        """Row numbers by arrival, ties in row order (the table's rows are appended in arrival order when
+        generated: then no sort and no copy)."""
+        key = self.arrival_ps if self.arrival_ps is not None else self.arrival_step
+        assert key is not None
+        n = len(key)
+        if all(key[i] <= key[i + 1] for i in range(n - 1)):
+            return range(n)
+        return array("q", sorted(range(n), key=key.__getitem__))  # sorted() is stable: ties in row order
+
+
+class Pending:
+    """The requests in arrival order (``order``: row numbers), each made a state (``make``) when first read; the
+    loop reads them in order, the next arrival more than once."""
+
+    __slots__ = ("_i", "_make", "_order", "_state")
+
+    def __init__(self, order: Sequence[int], make) -> None:  # type: ignore[no-untyped-def]
+        self._order, self._make = order, make
+        self._i, self._state = -1, None
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        if i != self._i:
+            self._i, self._state = i, self._make(self._order[i])
+        return self._state
+
+
+FIELDS = ("arrival_step", "first_scheduled_step", "first_token_step", "finish_step", "num_preemptions",
+          "cached_tokens", "cpu_tokens", "arrival_ps", "first_scheduled_ps", "first_token_ps", "finish_ps")
+
+
+class RequestRecords(Sequence[RequestRecord]):
+    """Each request's record (RequestRecord) as it finished, in request order; ``write`` takes a finished
+    ReqState (kvplan.core.sim.v1.state), ``column`` one figure of every request."""
+
+    __slots__ = ("_cols", "_ids", "_timed", "written")
+
+    def __init__(self, requests: Sequence[V1Request], timed: bool) -> None:
+        n = len(requests)
+        self._ids = None if isinstance(requests, RequestTable) else [r.id for r in requests]  # a table's: row numbers
+        self._timed = timed
+        self._cols = {f: array("q", bytes(8 * n)) for f in FIELDS}
+        self.written = 0
+
+    def write(self, r) -> None:  # type: ignore[no-untyped-def]
+        i = r.index
+        for f, col in self._cols.items():
+            col[i] = getattr(r, f)
+        self.written += 1
+
+    def column(self, name: str) -> array:
+        return self._cols[name]
+
+    def __len__(self) -> int:
+        return len(self._cols["finish_step"])
+
+    @overload
+    def __getitem__(self, i: int) -> RequestRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[RequestRecord]: ...
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        c = self._cols
+        arrival, timed = c["arrival_ps"][i], self._timed
+        return RequestRecord(
+            id=self._ids[i] if self._ids is not None else str(i), arrival_step=c["arrival_step"][i],
+            first_scheduled_step=c["first_scheduled_step"][i], first_token_step=c["first_token_step"][i],
+            finish_step=c["finish_step"][i], num_preemptions=c["num_preemptions"][i],
+            num_cached_tokens=c["cached_tokens"][i], num_cpu_tokens=c["cpu_tokens"][i],
+            queue_s=(c["first_scheduled_ps"][i] - arrival) / 1e12 if timed else None,
+            ttft_s=(c["first_token_ps"][i] - arrival) / 1e12 if timed else None,
+            e2e_s=(c["finish_ps"][i] - arrival) / 1e12 if timed else None)
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RequestRecords):
+            return self._timed == other._timed and self._cols == other._cols and list(self._id_list()) == list(
+                other._id_list())
+        if isinstance(other, Sequence):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _id_list(self) -> Sequence[str]:
+        return self._ids if self._ids is not None else [str(i) for i in range(len(self))]
+
+    def __repr__(self) -> str:
+        return f"RequestRecords({len(self)} requests)"

@@ -1,0 +1,60 @@
+"""Requests and records as columns (kvplan/core/sim/v1/tables.py): the same values as the tuples they replace, and
+the same simulation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvplan.core.engines.vllm.scheduler_rules import newest
+from kvplan.core.sim.model import StepModel
+from kvplan.core.sim.v1 import FULL, CacheGroup, CacheLayout, SchedulerConfig, V1Inputs, V1Request, simulate_v1
+from kvplan.core.sim.v1.tables import Columns, RequestRecords, RequestTable
+
+STEP = StepModel(base_ps=5_000_000, per_token_ps=20_000, per_prefill_token_ps=90_000)
+
+rows = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 40)), min_size=1, max_size=3),
+                          st.integers(1, 50), st.integers(0, 10**9)), min_size=1, max_size=30)
+
+
+def table_and_tuple(data: list) -> tuple[RequestTable, tuple[V1Request, ...]]:
+    table = RequestTable()
+    plain = []
+    for i, (prompt, out, at) in enumerate(data):
+        assert table.append(prompt, (100 + i, out), at) == i
+        plain.append(V1Request(id=str(i), prompt=tuple(prompt), output=(100 + i, out), arrival_ps=at))
+    return table, tuple(plain)
+
+
+@given(rows)
+def test_a_table_reads_back_the_requests_appended(data):
+    table, plain = table_and_tuple(data)
+    assert len(table) == len(plain) and list(table) == list(plain) and table == plain
+    assert table[-1] == plain[-1] and table[1:3] == list(plain[1:3])
+    cols = Columns.of(table)
+    assert list(cols.prompt) == [r.prompt_len for r in plain] and list(cols.output) == [r.output[1] for r in plain]
+    assert list(cols.arrival_ps) == [r.arrival_ps for r in plain]
+    order = list(cols.arrival_order())
+    assert order == sorted(range(len(plain)), key=lambda i: (plain[i].arrival_ps, i))
+    assert order == list(Columns.of(plain).arrival_order())
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows, st.booleans(), st.booleans())
+def test_a_table_simulates_as_the_tuple_and_records_as_the_requests_finish(data, caching, async_):
+    table, plain = table_and_tuple([(p, o, at // 1000) for p, o, at in data])
+    sched = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
+                            enable_prefix_caching=caching, async_scheduling=async_, rules=newest())
+    layout = CacheLayout(num_blocks=40, groups=(CacheGroup(kind=FULL, block_size=16),))
+    a = simulate_v1(V1Inputs(requests=table, scheduler=sched, layout=layout, step_model=STEP), check_invariants=True)
+    b = simulate_v1(V1Inputs(requests=plain, scheduler=sched, layout=layout, step_model=STEP))
+    assert a == b
+    assert isinstance(a.per_request, RequestRecords) and len(a.per_request) == len(plain)
+    for i, rec in enumerate(a.per_request):
+        assert rec.id == str(i) and rec.arrival_step <= rec.first_scheduled_step <= rec.first_token_step
+        assert rec.first_token_step <= rec.finish_step and rec.queue_s is not None and rec.queue_s >= 0
+    assert a.per_request == tuple(a.per_request)  # the columns equal the records they give
+    assert a.per_request != tuple(dataclasses.replace(r, num_preemptions=r.num_preemptions + 1)
+                                  for r in a.per_request)

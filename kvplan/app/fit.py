@@ -43,7 +43,8 @@ class FitReport:
 
 def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = None, engine: str = "vllm",
               gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-              allow_long_max_model_len: bool = False, tp: int = 1, pp: int = 1, kv_cache_dtype: str = "auto",
+              allow_long_max_model_len: bool = False, tp: int = 1, pp: int = 1, dp: int = 1,
+              expert_parallel: bool = False, kv_cache_dtype: str = "auto",
               weight_dtype: str = "auto", block_size: int | None = None, max_num_seqs: int | None = None,
               max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
@@ -52,7 +53,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               mm_limits: dict[str, int] | None = None, fetch: bool | None = None,
               revision: str | None = None) -> FitReport:
     """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
-    when they differ), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
+    when they differ), ``dp`` such engines side by side (vLLM data parallelism; ``expert_parallel``: whole experts
+    over the dp x tp GPUs), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
     (the longest that fits); every other setting left None takes the engine release's default (``async_scheduling``:
     vLLM's, on from 0.14, which sizes sliding-window layers from 0.26)."""
     from kvplan.core.capacity.common import FitRequest
@@ -68,7 +70,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
     resolved = resolve_model(model, fetch=fetch, revision=revision)
     spec = resolved.spec
     req = FitRequest(
-        spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, kv_dtype=kv_cache_dtype,
+        spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
+        expert_parallel=expert_parallel, kv_dtype=kv_cache_dtype,
         weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=None if auto_fit else max_model_len, block_size=block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_memory_bytes=memory.kv_cache,
@@ -82,7 +85,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()
-    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes))  # the config's resolutions first
+    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes, *_parallel_notes(req, result)))
     alternatives = what_if(req, result) if not result.fits else []
     return FitReport(model=spec.name, result=result, alternatives=tuple(alternatives),
                      fewest=fewest_gpus(req, result, alternatives), hub=resolved.hub)
@@ -100,3 +103,36 @@ def _gpus(gpu: str | None, gpu_memory: str | None) -> tuple[GPUSpec, tuple[int, 
     per_rank = tuple(parse_size(part, what="--gpu-memory") for part in parts)
     smallest = min(parts, key=lambda part: parse_size(part, what="--gpu-memory"))
     return get_gpu(gpu, memory=smallest), per_rank
+
+
+def _parallel_notes(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """What data parallelism gives (vLLM): the engines side by side, or for an MoE model served at tp > 1, what
+    -dp tp -tp 1 --enable-expert-parallel on the same GPUs would hold."""
+    from kvplan.core.capacity.fit import fit
+    from kvplan.errors import KvplanError
+
+    r = result
+    if r.dp > 1:
+        ep = (f"; the routed experts whole over the {r.expert_parallel_size} GPUs (expert parallel)"
+              if r.expert_parallel_size else "")
+        return (f"data parallel: {r.dp} engines of {r.tp * r.pp} GPU(s), each its own KV pool and scheduler (vLLM "
+                f"v1/engine/core.py, one EngineCore a DP rank); the figures are one engine's, all {r.dp} hold "
+                f"{r.dp * r.kv_cache_tokens:,} tokens and {r.dp * r.max_concurrency:.2f} requests of "
+                f"{r.max_model_len:,} tokens at once{ep}; the buffers of the all-to-all between them are not "
+                "counted (give --non-torch-memory from a start)",)
+    arch = req.spec.arch
+    if req.engine != "vllm" or req.tp < 2 or req.pp > 1 or arch is None or arch.moe is None:
+        return ()
+    alt = dataclasses.replace(req, tp=1, dp=req.tp, expert_parallel=True, weights_memory=None,
+                              kv_cache_memory_bytes=None, concurrency=None)
+    try:
+        a = fit(alt)
+    except KvplanError:
+        return ()
+    if not a.fits:
+        return (f"data parallel instead: -dp {req.tp} -tp 1 --enable-expert-parallel does not fit ({a.reasons[0]})",)
+    return (f"data parallel instead: -dp {req.tp} -tp 1 --enable-expert-parallel on the same {req.tp} GPUs gives "
+            f"{req.tp} engines of {a.kv_cache_tokens:,} tokens each, {req.tp * a.max_concurrency:.2f} requests of "
+            f"{a.max_model_len:,} tokens at once in all (here {r.max_concurrency:.2f}): attention and the dense "
+            f"layers whole on every GPU ({a.breakdown.weights / 2**30:.1f} GiB of weights against "
+            f"{r.breakdown.weights / 2**30:.1f}), each request's KV on one GPU only",)

@@ -88,7 +88,13 @@ MmLimitOpt = Annotated[Optional[str], typer.Option("--limit-mm-per-prompt", help
     "vLLM: multimodal items a prompt may carry, as vLLM takes it, e.g. '{\"image\": 2}' (default 999 each); 0 "
     "for every modality of a vision tower leaves the tower out (from 0.16) and its encoder profile."))]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
-    "Requests of max-model-len tokens that must fit at once (default: one)."))]
+    "Requests of max-model-len tokens that must fit at once, over every DP rank (default: one)."))]
+DataParallelOpt = Annotated[int, typer.Option("--data-parallel-size", "-dp", help=(
+    "vLLM: engines of tp x pp GPUs side by side, each with its own KV pool and scheduler; the routed experts "
+    "spread over dp x tp GPUs (default 1)."))]
+ExpertParallelOpt = Annotated[bool, typer.Option("--enable-expert-parallel", help=(
+    "vLLM: each GPU of the dp x tp holds whole routed experts instead of a share of every expert (default: "
+    "off)."))]
 
 
 @app.command(name="fit")
@@ -103,6 +109,8 @@ def fit_cmd(
     allow_long: AllowLongOpt = False,
     tp: TensorParallelOption = 1,
     pp: PipelineParallelOption = 1,
+    dp: DataParallelOpt = 1,
+    expert_parallel: ExpertParallelOpt = False,
     kv_cache_dtype: KvCacheDtypeOption = "auto",
     weight_dtype: WeightDtypeOpt = "auto",
     block_size: BlockSizeOption = None,
@@ -131,7 +139,8 @@ def fit_cmd(
                     non_torch=non_torch_memory, cuda_graph=cuda_graph_memory)
     report = fit_model(
         model, gpu=gpu, gpu_memory=gpu_memory, engine=engine, gpu_memory_utilization=utilization,
-        max_model_len=max_model_len, allow_long_max_model_len=allow_long, tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len, allow_long_max_model_len=allow_long, tp=tp, pp=pp, dp=dp,
+        expert_parallel=expert_parallel, kv_cache_dtype=kv_cache_dtype,
         weight_dtype=weight_dtype, block_size=block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
@@ -172,6 +181,10 @@ def fit_json(report: FitReport) -> dict[str, Any]:
     return {
         "model": report.model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
         "engine_version": r.engine_version, "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp,
+        # vLLM data parallelism: the figures below are one engine's (DP rank); all_ranks sums the dp engines
+        "data_parallel_size": r.dp, "expert_parallel_size": r.expert_parallel_size or None, "num_gpus": r.num_gpus,
+        "all_ranks": {"kv_cache_tokens": r.dp * r.kv_cache_tokens,
+                      "max_concurrency": round(r.dp * r.max_concurrency, 4)},
         "kv_cache_dtype": r.kv_dtype, "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
         "kv_cache_memory_bytes": r.kv_cache_memory_bytes, "block_size": r.block_size,
         "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "usable_blocks": r.usable_blocks,
@@ -204,9 +217,10 @@ def _bar(r: FitResult, width: int = 60) -> str:
 def _render(report: FitReport) -> None:
     r = report.result
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items() if k != "activation_band")  # shown on its row
-    console.print(f"[bold]{report.model}[/] on {r.tp * r.pp} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} "
-                  f"each), engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}, KV {r.kv_dtype}, "
-                  f"weights {r.weight_dtype}")
+    dp = f" dp {r.dp}" + (" with expert parallel" if r.expert_parallel_size else "") if r.dp > 1 else ""
+    console.print(f"[bold]{report.model}[/] on {r.num_gpus} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} "
+                  f"each), engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}{dp}, KV "
+                  f"{r.kv_dtype}, weights {r.weight_dtype}")
     console.print(f"[dim]{settings}; max_model_len {r.max_model_len}[/]")
     for note in r.notes:
         console.print(f"[yellow]note:[/] {note}")
@@ -223,14 +237,16 @@ def _render(report: FitReport) -> None:
         console.print(_bar(r, width=min(60, console.width - 2)))
     _render_summary(r)
     if r.fits:
-        console.print(f"[bold green]fits[/]: {r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens at once")
+        each = f" ({r.max_concurrency:.2f} on each of {r.dp} DP ranks)" if r.dp > 1 else ""
+        console.print(f"[bold green]fits[/]: {r.dp * r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens "
+                      f"at once{each}")
         return
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
     if report.fewest is not None:
         _render_fewest(r, report.alternatives, report.fewest)
     elif report.alternatives:
-        _render_what_if(report.alternatives)
+        _render_what_if(report.alternatives, r.dp)
 
 
 def _render_summary(r: FitResult) -> None:
@@ -243,6 +259,9 @@ def _render_summary(r: FitResult) -> None:
     if r.logged_kv_cache_tokens and r.logged_kv_cache_tokens != r.kv_cache_tokens:
         summary.add_row("GPU KV cache size as logged", f"{r.logged_kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
+    if r.dp > 1:
+        summary.add_row(f"KV cache tokens, all {r.dp} DP ranks", f"{r.dp * r.kv_cache_tokens:,}")
+        summary.add_row(f"max concurrency, all {r.dp} DP ranks", f"{r.dp * r.max_concurrency:.2f}x")
     # searched up to the configured length, for every engine (FitResult.max_model_len_fit); bare: a flag value
     summary.add_row(f"longest max_model_len that fits (<= {r.max_model_len})", f"{r.max_model_len_fit}")
     print_table(console, summary)
@@ -252,9 +271,10 @@ def _render_summary(r: FitResult) -> None:
         console.print(f"[bold yellow]borderline[/]: {r.borderline_why}")
 
 
-def _render_what_if(alternatives: tuple[WhatIf, ...]) -> None:
+def _render_what_if(alternatives: tuple[WhatIf, ...], dp: int = 1) -> None:
+    each = f" of one of the {dp} DP ranks" if dp > 1 else ""
     wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
-                   no_wrap=("change",), title="What would make it fit (KV per GPU, max concurrency, longest "
+                   no_wrap=("change",), title=f"What would make it fit (KV per GPU, max concurrency{each}, longest "
                                               "max_model_len that fits, up to the one set)")
     for w in alternatives:
         if w.result is None:

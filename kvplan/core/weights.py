@@ -234,6 +234,8 @@ def weight_bytes(
     tp: int = 1,
     stages: list[range] | None = None,
     part_fmt: Callable[[int, str], WeightFormat | None] | None = None,
+    expert_ranks: int | None = None,
+    whole_experts: bool = False,
 ) -> WeightBytes:
     """Bytes of the weights in total and on the most loaded GPU.
 
@@ -242,12 +244,22 @@ def weight_bytes(
     model dtype). ``part_fmt(layer, part)``, when given, stores each layer's ``"attn"``, ``"mlp"`` and
     ``"experts"`` weights instead (None: that part is left unquantized, in ``keep_fmt``), for checkpoints
     whose quantization config names the modules it quantizes or leaves out (kvplan.core.quant).
+    ``expert_ranks``: the GPUs the routed experts are spread over (default ``tp``; vLLM's data parallelism spreads
+    them over dp x tp); ``whole_experts``: each holds whole experts, the most loaded ceil(num_experts / ranks)
+    (expert parallelism), rather than a share of every expert.
     """
     counts = count_params(spec, arch)
     expert_fmt = expert_fmt or fmt
+    num_experts = arch.moe.num_experts if arch.moe is not None else 1
+
+    def experts_here(n: int, ranks: int) -> int:
+        """Expert parameters on the most loaded of ``ranks`` GPUs (``n``: every expert's, of whole layers)."""
+        if whole_experts:
+            return n // num_experts * -(-num_experts // ranks)
+        return -(-n // ranks)
     stages = stages or [range(spec.num_layers)]
 
-    def stage_bytes(layers: range, first: bool, last: bool, ranks: int) -> int:
+    def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int) -> int:
         # parameters by (format, routed expert or not), summed before rounding to whole bytes
         by_fmt: dict[tuple[WeightFormat, bool], int] = {}
         for i in layers:
@@ -258,7 +270,8 @@ def weight_bytes(
                 key = (f, part == "experts")
                 by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
-        out = sum(f.bytes_for(-(-n // ranks)) for (f, _), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+        out = sum(f.bytes_for(experts_here(n, eranks) if expert else -(-n // ranks))
+                  for (f, expert), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
         # the vision tower and projector: on every stage, in the model dtype (module docstring); the RoPE caches
         # (ArchShape.rope_cache_elems, not parameters) whole on every GPU of every stage
         out += keep_fmt.bytes_for(-(-counts.tower_split // ranks)) + keep_fmt.bytes_for(counts.tower_whole)
@@ -271,7 +284,8 @@ def weight_bytes(
                 out += keep_fmt.bytes_for(-(-counts.embedding // ranks))
         return out
 
-    total = stage_bytes(range(spec.num_layers), True, True, 1)
-    per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp) for s, layers in enumerate(stages))
+    total = stage_bytes(range(spec.num_layers), True, True, 1, 1)
+    per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp, expert_ranks or tp)
+                      for s, layers in enumerate(stages))
     return WeightBytes(total_bytes=total, per_gpu_bytes=max(per_stage), per_stage_bytes=per_stage, params=counts.total,
                        format=fmt.name)

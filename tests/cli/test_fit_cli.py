@@ -285,3 +285,40 @@ def test_limit_mm_per_prompt_leaves_the_vision_tower_out_from_0_16():
 def test_a_malformed_limit_mm_per_prompt_is_refused(value):
     r = runner.invoke(app, ["fit", "gemma3-12b", "--gpu", "H100", "--limit-mm-per-prompt", value])
     assert r.exit_code == 2 and "--limit-mm-per-prompt" in r.output and "Traceback" not in r.output
+
+
+def test_data_parallel_engines_each_their_own_pool():
+    """vLLM -dp N: N engines of tp x pp GPUs, each its own KV pool (v1/engine/core.py: one EngineCore a DP rank).
+    A dense model's engine is the -dp 1 deployment, N times over; the JSON's all_ranks sums them."""
+    base = ("llama3.1-8b", "--gpu", "H100-80GB", "--max-model-len", "32768")
+    code, one = _fit(*base)
+    code_n, four = _fit(*base, "-dp", "4")
+    assert code == code_n == 0
+    for key in ("kv_cache_memory_bytes", "num_blocks", "kv_cache_tokens", "max_concurrency", "breakdown"):
+        assert four[key] == one[key], key
+    assert four["data_parallel_size"] == 4 and four["num_gpus"] == 4 and four["expert_parallel_size"] is None
+    assert four["all_ranks"]["kv_cache_tokens"] == 4 * one["kv_cache_tokens"]
+    assert abs(four["all_ranks"]["max_concurrency"] - 4 * one["max_concurrency"]) <= 4e-4  # (each rounded to 4)
+    assert one["all_ranks"]["kv_cache_tokens"] == one["kv_cache_tokens"] and one["num_gpus"] == 1
+
+
+def test_deepseek_v3_data_parallel_with_expert_parallel_on_8_h200():
+    """DeepSeek-V3 on 8 x H200 (issue 22): -dp 8 --enable-expert-parallel holds every weight but the routed experts
+    whole on each GPU, the experts 32 a GPU, and each engine's requests only on its own GPU: more weights a GPU
+    than -tp 8, a smaller pool a GPU, and more requests in all, because MLA's latent is held by every TP rank."""
+    code, tp8 = _fit("deepseek-v3", "--gpu", "H200", "-tp", "8", "--json")
+    code_ep, ep = _fit("deepseek-v3", "--gpu", "H200", "-dp", "8", "--enable-expert-parallel", "--json")
+    assert code == code_ep == 0
+    assert ep["num_gpus"] == tp8["num_gpus"] == 8 and ep["expert_parallel_size"] == 8
+    assert ep["breakdown"]["weights"] > tp8["breakdown"]["weights"]
+    assert ep["kv_cache_tokens"] < tp8["kv_cache_tokens"]
+    assert ep["all_ranks"]["max_concurrency"] > 3 * tp8["max_concurrency"]
+    # the -tp 8 fit says what the DP alternative gives, in the same figures
+    note = next(n for n in tp8["notes"] if n.startswith("data parallel instead"))
+    assert f"{ep['kv_cache_tokens']:,} tokens each" in note and f"{ep['all_ranks']['max_concurrency']:.2f}" in note
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_data_parallel_is_refused_where_it_is_not_modelled(engine):
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "--engine", engine, "-tp", "8", "-dp", "8"])
+    assert r.exit_code == 2 and "modelled for vLLM" in r.output

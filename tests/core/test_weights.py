@@ -95,3 +95,31 @@ def test_fp8_checkpoint_is_read_from_quantization_config():
 def test_unknown_weight_format():
     with pytest.raises(InputError, match="unknown weight dtype"):
         get_weight_format("fp6")
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 8])
+def test_routed_experts_over_data_parallel_ranks_with_and_without_expert_parallel(ranks):
+    """vLLM's MoE layers span dp x tp GPUs (fused_moe/config.py::FusedMoEParallelConfig.make): without EP each GPU
+    holds 1/ranks of every expert, with EP whole experts, the most loaded ceil(num_experts / ranks)
+    (fused_moe/layer.py::determine_expert_map); the rest of the model stays split over tp (here 1)."""
+    spec = load_model("qwen3-30b-a3b")  # bf16: 2 bytes a parameter, 128 experts a layer
+    arch = spec.arch
+    bf16 = get_weight_format("bf16")
+    counts = count_params(spec, arch)
+    experts = sum(counts.layers_experts)
+    rest = counts.total - experts
+    alone = weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16).per_gpu_bytes
+    shared = weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, expert_ranks=ranks).per_gpu_bytes
+    whole = weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, expert_ranks=ranks, whole_experts=True).per_gpu_bytes
+    n = arch.moe.num_experts
+    assert alone == 2 * counts.total + 2 * arch.rope_cache_elems
+    assert shared == 2 * (rest + -(-experts // ranks)) + 2 * arch.rope_cache_elems
+    assert whole == 2 * (rest + experts // n * -(-n // ranks)) + 2 * arch.rope_cache_elems
+    assert whole >= shared and (whole == shared) == (n % ranks == 0)
+
+
+def test_expert_parallel_leaves_a_dense_model_as_it_is():
+    spec = load_model("llama3.1-8b")
+    bf16 = get_weight_format("bf16")
+    plain = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16)
+    assert weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, expert_ranks=8, whole_experts=True) == plain

@@ -217,8 +217,9 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
     started, weights = start.started, start.weights
     reasons = ([started.reason] if started.reason else []) + list(cap.reasons)  # not starting comes first
     concurrency = cap.max_concurrency
-    if cap.check_concurrency and req.concurrency and concurrency < req.concurrency and not reasons:
-        reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency))
+    # --concurrency counts requests over every DP rank: each engine holds its own (a router spreads them)
+    if cap.check_concurrency and req.concurrency and concurrency * req.dp < req.concurrency and not reasons:
+        reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency * req.dp))
     c = cap.stage.components
     unused = cap.unused
     if unused is None:
@@ -237,4 +238,10 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
         usable_blocks=cap.usable_blocks, logged_kv_cache_tokens=cap.logged_kv_cache_tokens,
         logged_capacity_rule=cap.logged_capacity_rule, context_limit=start.limit,
         context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len, pool_plan=cap.pool_plan,
+        dp=req.dp, expert_parallel_size=req.tp * req.dp if req.expert_parallel and _is_moe(req) else 0,
     )
+
+
+def _is_moe(req: FitRequest) -> bool:
+    arch = req.spec.arch
+    return arch is not None and arch.moe is not None

@@ -26,6 +26,10 @@ class FitRequest:
     engine: str = "vllm"
     tp: int = 1
     pp: int = 1
+    # vLLM --data-parallel-size: engines of tp x pp GPUs each, each its own KV pool and scheduler; the result is
+    # one engine's (FitResult.dp: all of them), with the routed experts over dp x tp GPUs
+    dp: int = 1
+    expert_parallel: bool = False  # vLLM --enable-expert-parallel: whole experts over dp x tp GPUs (EP)
     kv_dtype: str = "auto"
     weight_dtype: str = "auto"
     gpu_memory_utilization: float | None = None  # engine default when None
@@ -126,6 +130,12 @@ class FitResult:
     # The engine's own plan of the pool (vLLM: kvplan.core.engines.vllm.plan.VLLMPlan, its cache groups and blocks):
     # the vllm-v1 simulator runs the pool `fit` planned, not a second plan of its own.
     pool_plan: Any = field(default=None, compare=False, repr=False)
+    dp: int = 1  # engines (vLLM DP ranks) like this one: each holds kv_cache_tokens and max_concurrency
+    expert_parallel_size: int = 0  # GPUs the routed experts are spread over as whole experts (0: no EP)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:
@@ -196,8 +206,12 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
         arch = dataclasses.replace(arch, tower=None)
         notes.append(f"--limit-mm-per-prompt leaves every {'/'.join(tower.modalities)} input out: vLLM builds no "
                      f"{tower.name} (language model only)")
+    # vLLM (model_executor/layers/fused_moe/config.py::FusedMoEParallelConfig.make): the MoE layers' group spans
+    # every DP rank, dp x tp GPUs; without --enable-expert-parallel each expert is split over them, with it each
+    # GPU holds whole experts (fused_moe/layer.py::determine_expert_map: the first num_experts % ep one more)
     return weight_bytes(spec, arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
-                        part_fmt=rule.part_fmt if rule else None), notes
+                        part_fmt=rule.part_fmt if rule else None, expert_ranks=req.tp * req.dp,
+                        whole_experts=req.expert_parallel), notes
 
 
 def mm_limit(req: FitRequest, modality: str) -> int:
@@ -211,6 +225,11 @@ def check_request(req: FitRequest) -> None:
 
     check_positive("tensor parallel size", req.tp, MAX_PARALLEL)
     check_positive("pipeline parallel size", req.pp, MAX_PARALLEL)
+    check_positive("data parallel size", req.dp, MAX_PARALLEL)
+    if (req.dp > 1 or req.expert_parallel) and req.engine != "vllm":
+        raise InputError(f"--data-parallel-size and --enable-expert-parallel are modelled for vLLM (each DP rank its "
+                         f"own engine and pool); {req.engine}'s data-parallel attention is not modelled yet: fit it "
+                         "at -dp 1, or with --engine vllm")
     if req.block_size is not None:
         check_positive("block size", req.block_size, MAX_BLOCK_SIZE)
     util = req.gpu_memory_utilization

@@ -106,7 +106,8 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
         if tp <= MAX_TP_IN_NODE and _tp_allowed(req, tp):
-            label = f"--tensor-parallel-size {tp}" + (" (measured weights scaled)" if req.weights_memory else "")
+            label = (f"--tensor-parallel-size {tp}" + (f" ({tp * req.pp * req.dp} GPUs)" if req.dp > 1 else "")
+                     + (" (measured weights scaled)" if req.weights_memory else ""))
             options.append((label, _with_tp(req, tp)))
     if 0 < base.max_model_len_fit < base.max_model_len:
         options.append((f"--max-model-len {base.max_model_len_fit}",
@@ -159,6 +160,8 @@ def fewest_gpus(req: FitRequest, base: FitResult, alternatives: list[WhatIf]) ->
     Measured per-GPU weights are rescaled with the GPU count, a measured KV memory and per-rank memories are
     dropped. None when something already fits, or when the engine refuses the length (more GPUs do not help)."""
     if base.fits or _refused_length(req, base) or any(w.result is not None and w.result.fits for w in alternatives):
+        return None
+    if req.dp > 1:  # the search shapes one engine (tp x pp); how many engines side by side is the user's choice
         return None
     start = req.tp * req.pp
     for n in range(start + 1, MAX_GPUS + 1):

@@ -44,7 +44,7 @@ class FitReport:
 def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = None, engine: str = "vllm",
               gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
               allow_long_max_model_len: bool = False, tp: int = 1, pp: int = 1, dp: int = 1,
-              expert_parallel: bool = False, kv_cache_dtype: str = "auto",
+              expert_parallel: bool = False, dcp: int = 1, kv_cache_dtype: str = "auto",
               weight_dtype: str = "auto", block_size: int | None = None, max_num_seqs: int | None = None,
               max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
@@ -71,7 +71,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
     spec = resolved.spec
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
-        expert_parallel=expert_parallel, kv_dtype=kv_cache_dtype,
+        expert_parallel=expert_parallel, dcp=dcp, kv_dtype=kv_cache_dtype,
         weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=None if auto_fit else max_model_len, block_size=block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_memory_bytes=memory.kv_cache,

@@ -238,7 +238,7 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
         usable_blocks=cap.usable_blocks, logged_kv_cache_tokens=cap.logged_kv_cache_tokens,
         logged_capacity_rule=cap.logged_capacity_rule, context_limit=start.limit,
         context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len, pool_plan=cap.pool_plan,
-        dp=req.dp, expert_parallel_size=req.tp * req.dp if req.expert_parallel and _is_moe(req) else 0,
+        dp=req.dp, dcp=req.dcp, expert_parallel_size=req.tp * req.dp if req.expert_parallel and _is_moe(req) else 0,
     )
 
 

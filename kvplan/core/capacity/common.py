@@ -30,6 +30,7 @@ class FitRequest:
     # one engine's (FitResult.dp: all of them), with the routed experts over dp x tp GPUs
     dp: int = 1
     expert_parallel: bool = False  # vLLM --enable-expert-parallel: whole experts over dp x tp GPUs (EP)
+    dcp: int = 1  # vLLM --decode-context-parallel-size: each sequence's KV over dcp of the tp ranks
     kv_dtype: str = "auto"
     weight_dtype: str = "auto"
     gpu_memory_utilization: float | None = None  # engine default when None
@@ -131,6 +132,7 @@ class FitResult:
     # the vllm-v1 simulator runs the pool `fit` planned, not a second plan of its own.
     pool_plan: Any = field(default=None, compare=False, repr=False)
     dp: int = 1  # engines (vLLM DP ranks) like this one: each holds kv_cache_tokens and max_concurrency
+    dcp: int = 1  # vLLM decode context parallel size: kv_cache_tokens counts the tokens on all dcp ranks
     expert_parallel_size: int = 0  # GPUs the routed experts are spread over as whole experts (0: no EP)
 
     @property
@@ -226,6 +228,10 @@ def check_request(req: FitRequest) -> None:
     check_positive("tensor parallel size", req.tp, MAX_PARALLEL)
     check_positive("pipeline parallel size", req.pp, MAX_PARALLEL)
     check_positive("data parallel size", req.dp, MAX_PARALLEL)
+    check_positive("decode context parallel size", req.dcp, MAX_PARALLEL)
+    if req.dcp > 1 and req.engine != "vllm":
+        raise InputError(f"--decode-context-parallel-size is modelled for vLLM; {req.engine}'s is not yet: fit it "
+                         "at -dcp 1, or with --engine vllm")
     if (req.dp > 1 or req.expert_parallel) and req.engine != "vllm":
         raise InputError(f"--data-parallel-size and --enable-expert-parallel are modelled for vLLM (each DP rank its "
                          f"own engine and pool); {req.engine}'s data-parallel attention is not modelled yet: fit it "

@@ -40,6 +40,7 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
+from kvplan.core.engines.vllm.dcp import check_dcp
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
                                                 encoder_items, profile_run)
 from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
@@ -270,6 +271,9 @@ class VLLMBudget(EngineBudget):
                                   block_size=v.block_size, tp=req.tp, requested_block_size=req.block_size,
                                   hybrid=v.hybrid, mamba_cache_mode=req.mamba_cache_mode,
                                   num_speculative_tokens=req.num_speculative_tokens, name=req.spec.name)
+            if layout is not None and req.dcp > 1:
+                check_dcp(req.spec, v.rules, setup.profile.version, tp=req.tp, dcp=req.dcp)
+                layout = dataclasses.replace(layout, dcp=req.dcp)
             blocks = max(0, st.kv_bytes) // layout.pool_block_bytes if layout else 1
             pools.append(_StagePool(stage=st, layout=layout, blocks=blocks))
         binding = min(pools, key=lambda p: (p.blocks, p.stage.kv_bytes)).stage
@@ -311,7 +315,8 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     return Capacity(
         stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.min_block_size,
         page_size_bytes=layout.pool_block_bytes, num_blocks=blocks,
-        kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size, max_concurrency=plan.max_concurrency,
+        kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size * layout.dcp,
+        max_concurrency=plan.max_concurrency,
         max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
         # given KV memory: the skeleton's unused (what the components and the KV memory leave)
         unused=max(0, memory - requested - (0 if subtract_graphs else c.cuda_graph))

@@ -119,6 +119,9 @@ class KVLayout:
     # Page bytes of each tensor one pool block spans; empty: group_size tensors of page_bytes. Differs for
     # a group of one type with different page sizes (UniformTypeKVCacheSpecs: one tensor per layer).
     tensor_pages: tuple[int, ...] = ()
+    # --decode-context-parallel-size (kvplan.core.engines.vllm.dcp): a block of the pool holds block_size tokens on
+    # each of dcp ranks, so a request of L tokens needs the blocks of cdiv(L, dcp)
+    dcp: int = 1
 
     @property
     def num_groups(self) -> int:
@@ -140,7 +143,8 @@ class KVLayout:
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Pool blocks one request of ``max_model_len`` tokens needs; the second argument is the tokens a
         sliding/chunked layer admits at once (max_in_flight_tokens from 0.26)."""
-        return sum(b.num_groups * b.blocks_needed(max_model_len, max_num_batched_tokens) for b in self.buckets)
+        per_rank = cdiv(max_model_len, self.dcp)  # (dcp 1: max_model_len)
+        return sum(b.num_groups * b.blocks_needed(per_rank, max_num_batched_tokens) for b in self.buckets)
 
     def bytes_needed(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         return self.pool_block_bytes * self.blocks_per_request(max_model_len, max_num_batched_tokens)
@@ -449,8 +453,10 @@ def logged_kv_cache_tokens(rules: VLLMRules, blocks: int, layout: KVLayout, conc
     """The startup log's "GPU KV cache size" in this release, and how it is computed."""
     if rules.capacity_log is CapacityLog.CONCURRENCY_X_LEN:
         return int(concurrency * max_len), "int(max concurrency x max_model_len)"
+    dcp = f" x dcp {layout.dcp}" if layout.dcp > 1 else ""  # 'Multiplying the GPU KV cache size by the dcp_world_size'
     if rules.capacity_log is CapacityLog.BLOCKS_PER_GROUP:
-        return blocks // layout.num_groups * layout.min_block_size, "num_blocks // layer groups x block_size"
+        return (blocks // layout.num_groups * layout.min_block_size * layout.dcp,
+                f"num_blocks // layer groups x block_size{dcp}")
     if rules.capacity_log is CapacityLog.BLOCKS_X_BLOCK:
-        return blocks * layout.min_block_size, "num_blocks x block_size"
+        return blocks * layout.min_block_size * layout.dcp, f"num_blocks x block_size{dcp}"
     return blocks * layout.min_block_size, "V0 logs '# GPU blocks' only: num_blocks x block_size"

@@ -146,8 +146,12 @@ _table.at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
                      "a double-quantized bitsandbytes checkpoint's absmax is dequantized to fp32 at load: 4.5 bits a "
                      "weight (0.10.0: vllm/model_executor/model_loader/bitsandbytes_loader.py::_dequantize_dq)"),
           capture="v1_2x_seqs", bitsandbytes="absmax fp32")
-_table.at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",),
-          kv_cache_memory_bytes=True)
+_table.at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",
+                     "--decode-context-parallel-size C shards an MLA model's KV over C of the tp ranks, token i on rank "
+                     "i % C: each rank's pool as without it, the scheduler's block B x C tokens, a request of L tokens "
+                     "cdiv(L, B x C) blocks (0.10.2: vllm/v1/worker/block_table.py::BlockTable.compute_slot_mapping, "
+                     "vllm/v1/kv_cache_interface.py::FullAttentionSpec.max_memory_usage_bytes)"),
+          kv_cache_memory_bytes=True, dcp="mla")
 _table.at("0.11.0", ("the V0 engine is gone; 'GPU KV cache size' = num_blocks // groups x block_size "
                      "(0.11.0: vllm/v1/core/kv_cache_utils.py)",
                      "layers of one type with different page sizes share one group, a block costing the sum of "
@@ -167,10 +171,12 @@ _table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/
                      "BlockSize adds 256 (0.11.1: vllm/config/cache.py::CacheConfig.block_size); CUDA refuses a size "
                      "no attention kernel block divides: 'No common block size for 8' "
                      "(0.11.1: vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.select_common_block_size)",
+                     "--decode-context-parallel-size shards GQA/MQA KV too, where tp exceeds the KV heads (0.11.1: "
+                     "vllm/config/model.py::ModelConfig.verify_with_parallel_config)",
                      "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
                      "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
                      "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
-          scheduler=_table.sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
+          scheduler=_table.sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16", dcp="attention",
           mla_given_block="unless_multiple",
           block_sizes=_table.blocks(choices=(1, *_V0_BLOCKS, 256),
                                     choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",

@@ -111,6 +111,14 @@ class MlaGivenBlock(str, Enum):
     UNLESS_MULTIPLE = "unless_multiple"  # unless a multiple of it (sparse MLA: unless equal)
 
 
+class DecodeContextParallel(str, Enum):
+    """Which attention layers --decode-context-parallel-size shards (token i of a sequence on rank i % dcp)."""
+
+    NONE = "none"  # no such flag
+    MLA = "mla"  # 0.10.2: MLA only, on backends that return the softmax LSE (v1/worker/gpu_model_runner.py)
+    ATTENTION = "attention"  # 0.11.1: GQA/MQA too, on FlashAttention and FlashInfer (config/model.py)
+
+
 class Bitsandbytes(str, Enum):
     """How a release loads a pre-quantized bitsandbytes checkpoint."""
 
@@ -152,7 +160,7 @@ class PagePadding(str, Enum):
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
           "batch_defaults": BatchDefaults, "sampler": Sampler, "bitsandbytes": Bitsandbytes, "mla_given_block": MlaGivenBlock,
-          "model_runner": ModelRunner, "page_padding": PagePadding}
+          "model_runner": ModelRunner, "page_padding": PagePadding, "dcp": DecodeContextParallel}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +205,7 @@ class VLLMRules:
     moe_workspace: bool = False
     bitsandbytes: Bitsandbytes = Bitsandbytes.NESTED_KEPT
     skips_unused_tower: bool = False  # a vision tower whose every modality is limited to 0 is not built (0.16.0)
+    dcp: DecodeContextParallel = DecodeContextParallel.NONE  # --decode-context-parallel-size (0.10.2)
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it

@@ -92,30 +92,33 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
     gpu = get_gpu(budget.gpu, memory=budget.gpu_memory)
     # No concurrency asked of fit: its reasons are then the deployment's own (no KV memory, one request
     # too long), not the min_max_concurrency verdict, which is judged here with the other limits.
-    req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp,
-                     kv_dtype=budget.kv_cache_dtype,
+    dp, dcp = budget.data_parallel_size, budget.decode_context_parallel_size
+    req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
+                     expert_parallel=budget.enable_expert_parallel, dcp=dcp, kv_dtype=budget.kv_cache_dtype,
                      gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
                      allow_long_max_model_len=budget.allow_long_max_model_len)
     f = fit(req)
     per_request = size_kv(spec, engine_for(spec, choice.name, profile=choice.profile)[0], batch=budget.batch,
                           seq_len=f.max_model_len,
                           kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp).per_gpu_bytes
+    per_request = -(-per_request // dcp)  # each sequence's tokens spread over dcp ranks
     b = f.breakdown
     busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request
     headroom = 1 - busy / gpu.memory_bytes
-    out.update(min_kv_cache_tokens=f.kv_cache_tokens, min_max_concurrency=round(f.max_concurrency, 4),
+    # over every DP rank: each engine holds its own (FitResult.dp)
+    out.update(min_kv_cache_tokens=dp * f.kv_cache_tokens, min_max_concurrency=round(dp * f.max_concurrency, 4),
                max_model_len_must_fit=float(f.fits),
                min_headroom_frac=round(headroom, 6))
     fit_says = "; ".join(f.reasons)
-    cache = (f"{_gib(f.kv_cache_memory_bytes)} of KV cache per GPU on {gpu.name} x {tp * pp} after weights "
+    cache = (f"{_gib(f.kv_cache_memory_bytes)} of KV cache per GPU on {gpu.name} x {f.num_gpus} after weights "
              f"{_gib(b.weights)}, activation {_gib(b.activation)}, non-torch {_gib(b.non_torch)}, CUDA graphs "
              f"{_gib(b.cuda_graph)}")
     because = fit_says or cache
     want = asked.get("min_max_concurrency") or 0
-    why["min_kv_cache_tokens"] = (f"{f.kv_cache_tokens:,} KV cache tokens < "
+    why["min_kv_cache_tokens"] = (f"{dp * f.kv_cache_tokens:,} KV cache tokens < "
                                   f"{asked.get('min_kv_cache_tokens') or 0:,.0f}: {because}")
-    need = f" need {want / f.max_concurrency:.2f}x the KV cache" if f.max_concurrency else " do not fit"
-    why["min_max_concurrency"] = (f"max concurrency {f.max_concurrency:.2f} < {want:g}: {want:g} requests of "
+    need = f" need {want / (dp * f.max_concurrency):.2f}x the KV cache" if f.max_concurrency else " do not fit"
+    why["min_max_concurrency"] = (f"max concurrency {dp * f.max_concurrency:.2f} < {want:g}: {want:g} requests of "
                                   f"{f.max_model_len:,} tokens{need}; {because}")
     why["max_model_len_must_fit"] = (f"max_model_len {f.max_model_len} does not fit: " + (
         fit_says or f"the longest that fits: max_model_len {f.max_model_len_fit}"))

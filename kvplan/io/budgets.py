@@ -84,6 +84,13 @@ class Budget(BaseModel):
         "fit limits need vllm, sglang or trtllm."))
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one layer is split over (default 1).")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages (default 1).")
+    data_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "vLLM: engines of tp x pp GPUs side by side, each its own KV pool; fit limits count the KV cache tokens "
+        "and the concurrency of all of them (default 1)."))
+    enable_expert_parallel: bool = Field(False, description=(
+        "vLLM: whole routed experts on each of the data x tensor parallel GPUs (default false)."))
+    decode_context_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "vLLM: each sequence's KV over this many of the tensor-parallel ranks, from 0.10.2 (default 1)."))
     kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))

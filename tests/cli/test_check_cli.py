@@ -369,3 +369,18 @@ def test_a_context_past_the_models_fails_max_model_len_must_fit_unless_allowed(t
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in must["reason"] and rows["min_kv_cache_tokens"]["passed"]
     r = check(write(tmp_path, budget.format("    allow_long_max_model_len: true\n")), "--json")
     assert r.exit_code == 0, r.output
+
+
+def test_a_data_parallel_budget_counts_every_rank(tmp_path):
+    """data_parallel_size: engines side by side (vLLM), each its own pool; the fit limits count all of them, as
+    `kvplan fit -dp N` sums them in all_ranks."""
+    text = ("budgets:\n  - name: dp\n    model: deepseek-v3\n    gpu: H200\n    data_parallel_size: 8\n"
+            "    enable_expert_parallel: true\n    require:\n      min_max_concurrency: 1\n"
+            "      min_kv_cache_tokens: 1\n")
+    r = check(write(tmp_path, text), "--json")
+    assert r.exit_code == 0, r.output
+    rows = {x["limit"]: x["value"] for x in json.loads(r.stdout)["results"]}
+    fit = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-dp", "8", "--enable-expert-parallel", "--json"])
+    whole = json.loads(fit.stdout)["all_ranks"]
+    assert rows["min_kv_cache_tokens"] == whole["kv_cache_tokens"]
+    assert abs(rows["min_max_concurrency"] - whole["max_concurrency"]) <= 1e-3

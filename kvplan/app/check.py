@@ -94,7 +94,8 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
     # too long), not the min_max_concurrency verdict, which is judged here with the other limits.
     dp, dcp = budget.data_parallel_size, budget.decode_context_parallel_size
     req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
-                     expert_parallel=budget.enable_expert_parallel, dcp=dcp, kv_dtype=budget.kv_cache_dtype,
+                     expert_parallel=budget.enable_expert_parallel, dcp=dcp,
+                     dp_attention=budget.enable_dp_attention, kv_dtype=budget.kv_cache_dtype,
                      gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
                      allow_long_max_model_len=budget.allow_long_max_model_len)
     f = fit(req)

@@ -44,7 +44,7 @@ class FitReport:
 def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = None, engine: str = "vllm",
               gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
               allow_long_max_model_len: bool = False, tp: int = 1, pp: int = 1, dp: int = 1,
-              expert_parallel: bool = False, dcp: int = 1, kv_cache_dtype: str = "auto",
+              expert_parallel: bool = False, dcp: int = 1, dp_attention: bool = False, kv_cache_dtype: str = "auto",
               weight_dtype: str = "auto", block_size: int | None = None, max_num_seqs: int | None = None,
               max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
@@ -71,7 +71,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
     spec = resolved.spec
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
-        expert_parallel=expert_parallel, dcp=dcp, kv_dtype=kv_cache_dtype,
+        expert_parallel=expert_parallel, dcp=dcp, dp_attention=dp_attention, kv_dtype=kv_cache_dtype,
         weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=None if auto_fit else max_model_len, block_size=block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_memory_bytes=memory.kv_cache,
@@ -106,33 +106,53 @@ def _gpus(gpu: str | None, gpu_memory: str | None) -> tuple[GPUSpec, tuple[int, 
 
 
 def _parallel_notes(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
-    """What data parallelism gives (vLLM): the engines side by side, or for an MoE model served at tp > 1, what
-    -dp tp -tp 1 --enable-expert-parallel on the same GPUs would hold."""
+    """What data parallelism gives: the engines or attention groups side by side, or for an MoE or MLA model served
+    at tp > 1, what the engine's data parallelism (vLLM -dp with expert parallel, SGLang's DP attention) would hold
+    on the same GPUs."""
+    r = result
+    if r.dp > 1:
+        ep = (f"; the routed experts whole over {r.expert_parallel_size} GPUs (expert parallel)"
+              if r.expert_parallel_size else "")
+        every = (f"the figures are one {'group' if r.dp_attention else 'engine'}'s, all {r.dp} hold "
+                 f"{r.dp * r.kv_cache_tokens:,} tokens and {r.dp * r.max_concurrency:.2f} requests of "
+                 f"{r.max_model_len:,} tokens at once{ep}")
+        if r.dp_attention:
+            return (f"data-parallel attention: {r.dp} groups of {r.tp // r.dp} GPU(s) inside the {r.tp}, each its own "
+                    f"token pool (SGLang layers/dp_attention.py); {every}; the default mem_fraction_static holds back "
+                    "their gathered decode buffers (server_args.py)",)
+        if r.engine == "sglang":
+            return (f"data parallel: {r.dp} replicas of {r.tp * r.pp} GPU(s) behind SGLang's router, each its own "
+                    f"token pool; {every}",)
+        return (f"data parallel: {r.dp} engines of {r.tp * r.pp} GPU(s), each its own KV pool and scheduler (vLLM "
+                f"v1/engine/core.py, one EngineCore a DP rank); {every}; the buffers of the all-to-all between them "
+                "are not counted (give --non-torch-memory from a start)",)
+    arch = req.spec.arch
+    mla = any(layer.kind.value == "mla" for layer in req.spec.layers)
+    if req.tp < 2 or req.pp > 1 or arch is None or not (arch.moe is not None or (mla and req.engine == "sglang")):
+        return ()
+    if req.engine == "vllm":
+        flags, alt = (f"-dp {req.tp} -tp 1 --enable-expert-parallel",
+                      dataclasses.replace(req, tp=1, dp=req.tp, expert_parallel=True))
+    elif req.engine == "sglang":
+        flags, alt = f"-dp {req.tp} --enable-dp-attention", dataclasses.replace(req, dp=req.tp, dp_attention=True)
+    else:
+        return ()
+    return _instead(flags, dataclasses.replace(alt, weights_memory=None, kv_cache_memory_bytes=None,
+                                               concurrency=None, gpu_memory_utilization=None), r)
+
+
+def _instead(flags: str, alt, r: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
     from kvplan.core.capacity.fit import fit
     from kvplan.errors import KvplanError
 
-    r = result
-    if r.dp > 1:
-        ep = (f"; the routed experts whole over the {r.expert_parallel_size} GPUs (expert parallel)"
-              if r.expert_parallel_size else "")
-        return (f"data parallel: {r.dp} engines of {r.tp * r.pp} GPU(s), each its own KV pool and scheduler (vLLM "
-                f"v1/engine/core.py, one EngineCore a DP rank); the figures are one engine's, all {r.dp} hold "
-                f"{r.dp * r.kv_cache_tokens:,} tokens and {r.dp * r.max_concurrency:.2f} requests of "
-                f"{r.max_model_len:,} tokens at once{ep}; the buffers of the all-to-all between them are not "
-                "counted (give --non-torch-memory from a start)",)
-    arch = req.spec.arch
-    if req.engine != "vllm" or req.tp < 2 or req.pp > 1 or arch is None or arch.moe is None:
-        return ()
-    alt = dataclasses.replace(req, tp=1, dp=req.tp, expert_parallel=True, weights_memory=None,
-                              kv_cache_memory_bytes=None, concurrency=None)
     try:
         a = fit(alt)
     except KvplanError:
         return ()
     if not a.fits:
-        return (f"data parallel instead: -dp {req.tp} -tp 1 --enable-expert-parallel does not fit ({a.reasons[0]})",)
-    return (f"data parallel instead: -dp {req.tp} -tp 1 --enable-expert-parallel on the same {req.tp} GPUs gives "
-            f"{req.tp} engines of {a.kv_cache_tokens:,} tokens each, {req.tp * a.max_concurrency:.2f} requests of "
-            f"{a.max_model_len:,} tokens at once in all (here {r.max_concurrency:.2f}): attention and the dense "
-            f"layers whole on every GPU ({a.breakdown.weights / 2**30:.1f} GiB of weights against "
-            f"{r.breakdown.weights / 2**30:.1f}), each request's KV on one GPU only",)
+        return (f"data parallel instead: {flags} does not fit ({a.reasons[0]})",)
+    return (f"data parallel instead: {flags} on the same {r.num_gpus} GPUs gives {a.dp} "
+            f"{'groups' if a.dp_attention else 'engines'} of {a.kv_cache_tokens:,} tokens each, "
+            f"{a.dp * a.max_concurrency:.2f} requests of {a.max_model_len:,} tokens at once in all (here "
+            f"{r.max_concurrency:.2f}), with {a.breakdown.weights / 2**30:.1f} GiB of weights a GPU against "
+            f"{r.breakdown.weights / 2**30:.1f}: attention whole in each, each request's KV in one only",)

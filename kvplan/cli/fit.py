@@ -90,8 +90,12 @@ MmLimitOpt = Annotated[Optional[str], typer.Option("--limit-mm-per-prompt", help
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of max-model-len tokens that must fit at once, over every DP rank (default: one)."))]
 DataParallelOpt = Annotated[int, typer.Option("--data-parallel-size", "-dp", help=(
-    "vLLM: engines of tp x pp GPUs side by side, each with its own KV pool and scheduler; the routed experts "
-    "spread over dp x tp GPUs (default 1)."))]
+    "Engines of tp x pp GPUs side by side, each with its own KV pool and scheduler (vLLM: the routed experts spread "
+    "over dp x tp GPUs; SGLang --dp-size: replicas); with --enable-dp-attention (SGLang) attention groups inside "
+    "the tp GPUs instead (default 1)."))]
+DpAttentionOpt = Annotated[bool, typer.Option("--enable-dp-attention", help=(
+    "SGLang: attention at tp // dp in dp groups inside the tp GPUs, each its own token pool, the MoE and dense "
+    "layers over all tp (default: off)."))]
 DecodeContextParallelOpt = Annotated[int, typer.Option("--decode-context-parallel-size", "-dcp", help=(
     "vLLM: each sequence's KV sharded over this many of the tp ranks (token i on rank i % dcp), from 0.10.2; MLA, "
     "and GQA from 0.11.1 (default 1)."))]
@@ -115,6 +119,7 @@ def fit_cmd(
     dp: DataParallelOpt = 1,
     expert_parallel: ExpertParallelOpt = False,
     dcp: DecodeContextParallelOpt = 1,
+    dp_attention: DpAttentionOpt = False,
     kv_cache_dtype: KvCacheDtypeOption = "auto",
     weight_dtype: WeightDtypeOpt = "auto",
     block_size: BlockSizeOption = None,
@@ -144,7 +149,7 @@ def fit_cmd(
     report = fit_model(
         model, gpu=gpu, gpu_memory=gpu_memory, engine=engine, gpu_memory_utilization=utilization,
         max_model_len=max_model_len, allow_long_max_model_len=allow_long, tp=tp, pp=pp, dp=dp,
-        expert_parallel=expert_parallel, dcp=dcp, kv_cache_dtype=kv_cache_dtype,
+        expert_parallel=expert_parallel, dcp=dcp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype,
         weight_dtype=weight_dtype, block_size=block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
@@ -187,7 +192,7 @@ def fit_json(report: FitReport) -> dict[str, Any]:
         "engine_version": r.engine_version, "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp,
         # vLLM data parallelism: the figures below are one engine's (DP rank); all_ranks sums the dp engines
         "data_parallel_size": r.dp, "expert_parallel_size": r.expert_parallel_size or None, "num_gpus": r.num_gpus,
-        "decode_context_parallel_size": r.dcp,
+        "decode_context_parallel_size": r.dcp, "dp_attention": r.dp_attention,
         "all_ranks": {"kv_cache_tokens": r.dp * r.kv_cache_tokens,
                       "max_concurrency": round(r.dp * r.max_concurrency, 4)},
         "kv_cache_dtype": r.kv_dtype, "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
@@ -222,7 +227,8 @@ def _bar(r: FitResult, width: int = 60) -> str:
 def _render(report: FitReport) -> None:
     r = report.result
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items() if k != "activation_band")  # shown on its row
-    dp = f" dp {r.dp}" + (" with expert parallel" if r.expert_parallel_size else "") if r.dp > 1 else ""
+    dp = (f" dp {r.dp}" + (" attention" if r.dp_attention else "")
+          + (" with expert parallel" if r.expert_parallel_size else "") if r.dp > 1 else "")
     dp += f" dcp {r.dcp}" if r.dcp > 1 else ""
     console.print(f"[bold]{report.model}[/] on {r.num_gpus} x {r.gpu.name} ({format_bytes(r.gpu.memory_bytes)} "
                   f"each), engine [cyan]{r.engine} {r.engine_version}[/] rules, tp {r.tp} pp {r.pp}{dp}, KV "

@@ -236,6 +236,7 @@ def weight_bytes(
     part_fmt: Callable[[int, str], WeightFormat | None] | None = None,
     expert_ranks: int | None = None,
     whole_experts: bool = False,
+    attn_ranks: int | None = None,
 ) -> WeightBytes:
     """Bytes of the weights in total and on the most loaded GPU.
 
@@ -246,7 +247,8 @@ def weight_bytes(
     whose quantization config names the modules it quantizes or leaves out (kvplan.core.quant).
     ``expert_ranks``: the GPUs the routed experts are spread over (default ``tp``; vLLM's data parallelism spreads
     them over dp x tp); ``whole_experts``: each holds whole experts, the most loaded ceil(num_experts / ranks)
-    (expert parallelism), rather than a share of every expert.
+    (expert parallelism), rather than a share of every expert; ``attn_ranks``: the GPUs the token mixers and the
+    embedding are split over (default ``tp``; SGLang's data-parallel attention: tp // dp, the rest over tp).
     """
     counts = count_params(spec, arch)
     expert_fmt = expert_fmt or fmt
@@ -259,33 +261,35 @@ def weight_bytes(
         return -(-n // ranks)
     stages = stages or [range(spec.num_layers)]
 
-    def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int) -> int:
-        # parameters by (format, routed expert or not), summed before rounding to whole bytes
-        by_fmt: dict[tuple[WeightFormat, bool], int] = {}
+    def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int, aranks: int) -> int:
+        by_fmt: dict[tuple[WeightFormat, str], int] = {}
         for i in layers:
             mixer = counts.layers_attn[i]
             for part, n, default in (("attn", mixer, fmt), ("mlp", counts.layers_split[i] - mixer, fmt),
                                      ("experts", counts.layers_experts[i], expert_fmt)):
                 f = default if part_fmt is None else (part_fmt(i, part) or keep_fmt)
-                key = (f, part == "experts")
+                # summed by where they are split before rounding to whole bytes (attn apart only when it is split
+                # over other GPUs than the MLP)
+                key = (f, part if part == "experts" or (part == "attn" and aranks != ranks) else "split")
                 by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
-        out = sum(f.bytes_for(experts_here(n, eranks) if expert else -(-n // ranks))
-                  for (f, expert), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+        out = sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
+                                                                                          else ranks)))
+                  for (f, part), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
         # the vision tower and projector: on every stage, in the model dtype (module docstring); the RoPE caches
         # (ArchShape.rope_cache_elems, not parameters) whole on every GPU of every stage
         out += keep_fmt.bytes_for(-(-counts.tower_split // ranks)) + keep_fmt.bytes_for(counts.tower_whole)
         out += keep_fmt.bytes_for(arch.rope_cache_elems)
         if first:
-            out += keep_fmt.bytes_for(-(-counts.embedding // ranks)) + keep_fmt.bytes_for(counts.extra)
+            out += keep_fmt.bytes_for(-(-counts.embedding // aranks)) + keep_fmt.bytes_for(counts.extra)
         if last:
             out += keep_fmt.bytes_for(-(-counts.lm_head // ranks)) + keep_fmt.bytes_for(counts.final_norm)
             if first is False and counts.lm_head == 0:  # tied head on another stage: vLLM keeps a copy
                 out += keep_fmt.bytes_for(-(-counts.embedding // ranks))
         return out
 
-    total = stage_bytes(range(spec.num_layers), True, True, 1, 1)
-    per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp, expert_ranks or tp)
+    total = stage_bytes(range(spec.num_layers), True, True, 1, 1, 1)
+    per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp, expert_ranks or tp, attn_ranks or tp)
                       for s, layers in enumerate(stages))
     return WeightBytes(total_bytes=total, per_gpu_bytes=max(per_stage), per_stage_bytes=per_stage, params=counts.total,
                        format=fmt.name)

@@ -89,6 +89,8 @@ class Budget(BaseModel):
         "and the concurrency of all of them (default 1)."))
     enable_expert_parallel: bool = Field(False, description=(
         "vLLM: whole routed experts on each of the data x tensor parallel GPUs (default false)."))
+    enable_dp_attention: bool = Field(False, description=(
+        "SGLang: the data_parallel_size ranks are attention groups inside the tensor-parallel GPUs (default false)."))
     decode_context_parallel_size: int = Field(1, ge=1, le=64, description=(
         "vLLM: each sequence's KV over this many of the tensor-parallel ranks, from 0.10.2 (default 1)."))
     kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")

@@ -318,7 +318,53 @@ def test_deepseek_v3_data_parallel_with_expert_parallel_on_8_h200():
     assert f"{ep['kv_cache_tokens']:,} tokens each" in note and f"{ep['all_ranks']['max_concurrency']:.2f}" in note
 
 
-@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
-def test_data_parallel_is_refused_where_it_is_not_modelled(engine):
-    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "--engine", engine, "-tp", "8", "-dp", "8"])
-    assert r.exit_code == 2 and "modelled for vLLM" in r.output
+def test_data_parallel_is_refused_where_it_is_not_modelled():
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "--engine", "trtllm", "-tp", "8", "-dp", "8"])
+    assert r.exit_code == 2 and "modelled for vLLM and SGLang" in r.output
+
+
+def test_sglang_dp_attention_on_deepseek_v3_holds_back_its_buffers_and_keeps_a_pool_a_gpu():
+    """SGLang --tp 8 --dp-size 8 --enable-dp-attention (0.5.3 rules): mem_fraction_static reserves 512 + 1.5 x 8192
+    + 2 x 512 + 8 / 8 x 1024 = 14,848 MiB, plus 512 x 8 x 3 and 512 x 8 x 1.5 for the ranks' gathered decode
+    buffers = 33,280 MiB: (143,155 - 33,280) / 143,155 = 0.768 on an H200 of 139.80 GiB (server_args.py::
+    _handle_gpu_memory_settings); each GPU its own pool of the MLA latent, 8 in all."""
+    code, tp8 = _fit("deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.5.3", "-tp", "8")
+    code_dp, dp8 = _fit("deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.5.3", "-tp", "8", "-dp", "8",
+                        "--enable-dp-attention")
+    assert code == code_dp == 0
+    assert dp8["settings"]["mem_fraction_static"] == 0.768 and dp8["dp_attention"] is True
+    assert dp8["num_gpus"] == 8 and dp8["data_parallel_size"] == 8
+    assert dp8["breakdown"]["weights"] > tp8["breakdown"]["weights"]  # attention and embedding whole on each GPU
+    assert dp8["all_ranks"]["kv_cache_tokens"] == 8 * dp8["kv_cache_tokens"] > tp8["kv_cache_tokens"]
+    note = next(n for n in tp8["notes"] if n.startswith("data parallel instead: -dp 8 --enable-dp-attention"))
+    assert f"{dp8['kv_cache_tokens']:,} tokens each" in note
+
+
+def test_sglang_dp_attention_replays_a_public_deepseek_v3_log():
+    """sgl-project/sglang#6017 (2025-05-09, DeepSeek-V3, ranks DP0 TP0 .. DP7 TP7): 'Load weight end ... avail
+    mem=31.87 GB, mem usage=105.59 GB' and 'KV Cache is allocated. #tokens: 161488'. Its flags are inferred from the
+    same user's launch line in the thread (--mem-fraction-static 0.846, --context-length 4096) and its GPU from the
+    137.46 GiB free before loading (an H200-class card): a replay from the log's own figures, not a prediction.
+    rest = 137.46 x 0.846 - 105.59 GiB, over 70,272 B a token (the MLA latent of 61 layers, whole on each rank)."""
+    code, out = _fit("deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.4.6", "-tp", "8", "-dp", "8",
+                     "--enable-dp-attention", "--gpu-memory-utilization", "0.846", "--weights-memory", "105.59GiB",
+                     "--non-torch-memory", f"{139.80 - 137.46:.2f}GiB", "--max-model-len", "4096")
+    assert code == 0 and out["page_size_bytes"] == 70_272
+    assert abs(out["kv_cache_tokens"] / 161_488 - 1) < 0.02  # +1.3%: SGLang takes the smallest rank's figures
+
+
+def test_sglang_data_parallel_replicas_are_side_by_side():
+    code, one = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang", "-tp", "2")
+    code_r, two = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang", "-tp", "2", "-dp", "2")
+    assert code == code_r == 0 and two["num_gpus"] == 4 and two["dp_attention"] is False
+    assert two["kv_cache_tokens"] == one["kv_cache_tokens"] and two["breakdown"] == one["breakdown"]
+    assert two["all_ranks"]["kv_cache_tokens"] == 2 * one["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--engine", "vllm", "-tp", "8", "-dp", "8", "--enable-dp-attention"), "is SGLang's"),
+    (("--engine", "sglang", "-tp", "8", "-dp", "3", "--enable-dp-attention"), "dividing the tensor parallel size 8"),
+])
+def test_dp_attention_is_refused_where_it_does_not_apply(args, says):
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", *args])
+    assert r.exit_code == 2 and says in r.output

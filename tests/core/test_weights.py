@@ -123,3 +123,17 @@ def test_expert_parallel_leaves_a_dense_model_as_it_is():
     bf16 = get_weight_format("bf16")
     plain = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16)
     assert weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, expert_ranks=8, whole_experts=True) == plain
+
+
+def test_attention_and_embedding_over_the_attention_groups():
+    """SGLang's data-parallel attention (models/deepseek_v2.py, 0.5.10): the MLA projections and the embedding split
+    over attn_tp = tp // dp, the MLP, experts and LM head over tp."""
+    spec = load_model("deepseek-v2-lite")
+    arch = spec.arch
+    bf16 = get_weight_format("bf16")
+    counts = count_params(spec, arch)
+    tp8 = weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, tp=8).per_gpu_bytes
+    dp8 = weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, tp=8, attn_ranks=1).per_gpu_bytes
+    attn = sum(counts.layers_attn)
+    assert dp8 - tp8 == 2 * (attn - -(-attn // 8)) + 2 * (counts.embedding - -(-counts.embedding // 8))
+    assert weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, tp=8, attn_ranks=8).per_gpu_bytes == tp8

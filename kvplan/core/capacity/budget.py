@@ -26,6 +26,7 @@ from typing import Any
 from kvplan.core.capacity import context, estimates
 from kvplan.core.capacity.common import (
     Breakdown,
+    expert_ranks,
     FitRequest,
     FitResult,
     given_or_estimate,
@@ -238,7 +239,8 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
         usable_blocks=cap.usable_blocks, logged_kv_cache_tokens=cap.logged_kv_cache_tokens,
         logged_capacity_rule=cap.logged_capacity_rule, context_limit=start.limit,
         context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len, pool_plan=cap.pool_plan,
-        dp=req.dp, dcp=req.dcp, expert_parallel_size=req.tp * req.dp if req.expert_parallel and _is_moe(req) else 0,
+        dp=req.dp, dcp=req.dcp, dp_attention=req.dp_attention,
+        expert_parallel_size=expert_ranks(req) if req.expert_parallel and _is_moe(req) else 0,
     )
 
 

@@ -31,6 +31,9 @@ class FitRequest:
     dp: int = 1
     expert_parallel: bool = False  # vLLM --enable-expert-parallel: whole experts over dp x tp GPUs (EP)
     dcp: int = 1  # vLLM --decode-context-parallel-size: each sequence's KV over dcp of the tp ranks
+    # SGLang --enable-dp-attention with --dp-size dp: attention at tp // dp in dp groups inside the tp GPUs, each
+    # group its own token pool (without it, SGLang's --dp-size is dp replicas of tp GPUs, as vLLM's engines)
+    dp_attention: bool = False
     kv_dtype: str = "auto"
     weight_dtype: str = "auto"
     gpu_memory_utilization: float | None = None  # engine default when None
@@ -133,11 +136,12 @@ class FitResult:
     pool_plan: Any = field(default=None, compare=False, repr=False)
     dp: int = 1  # engines (vLLM DP ranks) like this one: each holds kv_cache_tokens and max_concurrency
     dcp: int = 1  # vLLM decode context parallel size: kv_cache_tokens counts the tokens on all dcp ranks
+    dp_attention: bool = False  # SGLang: the dp ranks are attention groups inside the tp GPUs
     expert_parallel_size: int = 0  # GPUs the routed experts are spread over as whole experts (0: no EP)
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
 
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:
@@ -212,8 +216,16 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     # every DP rank, dp x tp GPUs; without --enable-expert-parallel each expert is split over them, with it each
     # GPU holds whole experts (fused_moe/layer.py::determine_expert_map: the first num_experts % ep one more)
     return weight_bytes(spec, arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
-                        part_fmt=rule.part_fmt if rule else None, expert_ranks=req.tp * req.dp,
-                        whole_experts=req.expert_parallel), notes
+                        part_fmt=rule.part_fmt if rule else None, expert_ranks=expert_ranks(req),
+                        whole_experts=req.expert_parallel,
+                        attn_ranks=req.tp // req.dp if req.dp_attention else None), notes
+
+
+def expert_ranks(req: FitRequest) -> int:
+    """GPUs the routed experts are spread over: vLLM's MoE group spans every DP rank (dp x tp); SGLang's replicas
+    (--dp-size without DP attention) each hold every expert over their tp, and DP attention keeps the MoE layers
+    over the tp GPUs (python/sglang/srt/layers/moe/fused_moe_triton/layer.py::FusedMoE.__init__, 0.5.10)."""
+    return req.tp * req.dp if req.engine == "vllm" else req.tp
 
 
 def mm_limit(req: FitRequest, modality: str) -> int:
@@ -232,10 +244,16 @@ def check_request(req: FitRequest) -> None:
     if req.dcp > 1 and req.engine != "vllm":
         raise InputError(f"--decode-context-parallel-size is modelled for vLLM; {req.engine}'s is not yet: fit it "
                          "at -dcp 1, or with --engine vllm")
-    if (req.dp > 1 or req.expert_parallel) and req.engine != "vllm":
-        raise InputError(f"--data-parallel-size and --enable-expert-parallel are modelled for vLLM (each DP rank its "
-                         f"own engine and pool); {req.engine}'s data-parallel attention is not modelled yet: fit it "
-                         "at -dp 1, or with --engine vllm")
+    if (req.dp > 1 or req.expert_parallel) and req.engine not in ("vllm", "sglang"):
+        raise InputError(f"--data-parallel-size and --enable-expert-parallel are modelled for vLLM and SGLang; "
+                         f"{req.engine}'s attention data parallelism is not modelled yet: fit it at -dp 1")
+    if req.dp_attention:
+        if req.engine != "sglang":
+            raise InputError("--enable-dp-attention is SGLang's (attention DP inside the tp GPUs); vLLM's -dp runs "
+                             "engines side by side: leave the flag out, or use --engine sglang")
+        if req.dp < 2 or req.tp % req.dp:
+            raise InputError(f"--enable-dp-attention needs --data-parallel-size above 1 dividing the tensor parallel "
+                             f"size {req.tp} (SGLang: 1 < dp-size <= tp-size, attention at tp // dp); got {req.dp}")
     if req.block_size is not None:
         check_positive("block size", req.block_size, MAX_BLOCK_SIZE)
     util = req.gpu_memory_utilization

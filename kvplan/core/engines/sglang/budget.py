@@ -50,12 +50,16 @@ def prefill_defaults(memory_bytes: int, tp: int) -> tuple[int, int]:
     return 16384, 512
 
 
-def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int) -> float:
+def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attention: int = 0) -> float:
     mem_mib = memory_bytes / MiB
     chunk, graph_bs = prefill_defaults(memory_bytes, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
     if mem_mib > 60 * 1024:
         reserved = max(reserved, 10240)
+    if dp_attention:
+        # the decode graphs of every attention DP rank gather its tokens: 3 MiB a batch size a rank, 1.5 more above
+        # 300 (0.5.3 and 0.5.10: server_args.py::ServerArgs._handle_gpu_memory_settings, after the 10 GiB floor)
+        reserved += graph_bs * dp_attention * 3 + (graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0)
     return round((mem_mib - reserved) / mem_mib, 3)
 
 
@@ -106,7 +110,8 @@ class SGLangBudget(EngineBudget):
         return sglang_context_limit(req.spec.context_config)
 
     def default_utilization(self, req: FitRequest, profile) -> float:
-        return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static)
+        return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static,
+                                dp_attention=req.dp if req.dp_attention else 0)
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         if req.block_size:
@@ -115,8 +120,11 @@ class SGLangBudget(EngineBudget):
         return engine, [note] if note else []
 
     def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
+        # DP attention divides the chunked prefill over the ranks (server_args.py, 0.4.5 on: chunked_prefill_size
+        # //= dp_size)
+        chunk = prefill_defaults(req.gpu.memory_bytes, req.tp)[0] // (req.dp if req.dp_attention else 1)
         return estimates.activation_peak_bytes(
-            req.spec, tokens=req.max_num_batched_tokens or prefill_defaults(req.gpu.memory_bytes, req.tp)[0],
+            req.spec, tokens=req.max_num_batched_tokens or chunk,
             max_num_seqs=req.max_num_seqs or 256, tp=req.tp,
             act_bytes=resolve_kv_dtype(req.spec, "auto").vector_bytes(1))
 
@@ -131,11 +139,11 @@ class SGLangBudget(EngineBudget):
         return int((memory_bytes - c.non_torch) * setup.utilization) - c.weights
 
     def _pool(self, req: FitRequest, setup: Setup, stage: Stage) -> _Pool:
-        eng, dtype = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype)
+        eng, dtype, tp = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype), attn_tp(req)
         layers, rest = allocated_layers(req.spec, stage.layers), stage.kv_bytes  # KV-shared layers: buffers too
-        full_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers  # a linear layer's: its parallel attention's
+        full_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in layers  # a linear layer's: its parallel attention's
                         if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING))
-        swa_cell = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in layers
+        swa_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in layers
                        if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
         mamba_per_req = sum(eng.linear_state_bytes(x, req.spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
         kv_rest = rest
@@ -198,7 +206,7 @@ class SGLangBudget(EngineBudget):
             notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated "
                          f"activation + CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower "
                          "mem_fraction_static")
-        kv_cells = sum(eng.slot_bytes(x, dtype, req.tp)[0] for x in allocated_layers(spec, stage.layers))
+        kv_cells = sum(eng.slot_bytes(x, dtype, attn_tp(req))[0] for x in allocated_layers(spec, stage.layers))
         return Capacity(
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
             block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,
@@ -208,6 +216,13 @@ class SGLangBudget(EngineBudget):
     def concurrency_reason(self, req: FitRequest, max_model_len: int, concurrency: float) -> str:
         return (f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit the token pools; "
                 f"{concurrency:.2f} do")
+
+
+def attn_tp(req: FitRequest) -> int:
+    """The GPUs one attention layer is split over: tp, or tp // dp with DP attention, whose KV heads a rank holds
+    (model_runner_kv_cache_mixin.py::get_cell_size_per_token: get_num_kv_heads(attn_tp); MLA's latent whole;
+    layers/dp_attention.py::compute_dp_attention_world_info, 0.5.10)."""
+    return req.tp // req.dp if req.dp_attention else req.tp
 
 
 SGLANG_BUDGET = SGLangBudget()

@@ -57,9 +57,10 @@ def _by_tp(tp: int) -> float:
 
 
 def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int,
-                     reserve_rule: "callable") -> float:  # type: ignore[valid-type]
+                     reserve_rule: "callable", dp_attention: int = 0) -> float:  # type: ignore[valid-type]
     """The default mem_fraction_static of this release for a GPU of ``memory_bytes`` (total, as
-    ``get_device_memory_capacity`` reports it)."""
+    ``get_device_memory_capacity`` reports it); ``dp_attention``: the attention DP size (0: off), whose
+    gathered buffers and graphs the release holds back from 0.4.8 (docs/research/dp-ep-dcp.md 1.4)."""
     mem_mib = memory_bytes / MiB
     if rules.default_fraction == "by_tp":
         return _by_tp(tp)
@@ -84,5 +85,7 @@ def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int,
             reserved = (12 + size / 2) * GiB_MIB
         else:
             reserved = 32 * GiB_MIB
+        if dp_attention:  # 0.4.8-0.5.2: 4096 MiB more (server_args.py::ServerArgs.__post_init__)
+            reserved += 4096
         return round((mem_mib - reserved) / mem_mib, 3)
-    return reserve_rule(memory_bytes, tp, pp)
+    return reserve_rule(memory_bytes, tp, pp, dp_attention)

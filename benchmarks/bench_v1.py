@@ -25,7 +25,7 @@ POOL = CacheLayout(num_blocks=983, groups=(CacheGroup(kind=FULL, block_size=16),
 
 def report(name: str, inputs: V1Inputs) -> None:
     w0, c0 = time.perf_counter(), time.process_time()
-    r = simulate_v1(inputs)
+    r = simulate_v1(inputs, per_step=False)  # as `kvplan simulate` runs it (per-step figures only for --plot)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     print(f"{name:30s} {len(inputs.requests):6d} req {r.schedule_calls:7d} steps  running {r.mean_running:5.1f}  "
           f"wall {wall:6.2f} s  CPU {cpu:6.2f} s  {r.schedule_calls / cpu:8.0f} steps/CPU-s  "

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.core.units import GiB
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, InputError
 from kvplan.io.budgets import FIT_LIMITS, SIMULATION_LIMITS, SIZE_LIMITS, Budget
 
 
@@ -64,9 +64,15 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     max_len = budget.max_model_len or spec.max_model_len
     engine, _ = engine_for(spec, choice.name, profile=choice.profile)
     seq_len = budget.seq_len or max_len
+    dcp = budget.decode_context_parallel_size
+    if (dcp > 1 or budget.data_parallel_size > 1 or budget.enable_expert_parallel) and choice.name not in (
+            "vllm", "sglang") or (dcp > 1 and choice.name != "vllm"):
+        raise InputError(f"budget {budget.name}: data_parallel_size, enable_expert_parallel and "
+                         "decode_context_parallel_size are modelled for vLLM (data parallelism for SGLang too); "
+                         f"not for {choice.name}")
     r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
-    out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes,
-               max_kv_bytes_per_gpu=r.per_gpu_bytes)
+    per_gpu = -(-r.per_gpu_bytes // dcp)  # each sequence's tokens spread over dcp ranks
+    out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes, max_kv_bytes_per_gpu=per_gpu)
     halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
     why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > "
                                      f"{_bytes(asked.get('max_kv_bytes_per_token'))}: {spec.name} stores "
@@ -74,10 +80,12 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     why["max_kv_bytes"] = (f"{_bytes(r.total_bytes)} > {_bytes(asked.get('max_kv_bytes'))}: {budget.batch:,} x "
                            f"{seq_len:,} tokens at {_bytes(r.bytes_per_token)} per token ({r.kv_dtype}) with "
                            f"{budget.engine}'s allocation{halves}")
-    why["max_kv_bytes_per_gpu"] = (f"{_bytes(r.per_gpu_bytes)} on one GPU > "
+    mla = any(layer.kind.value == "mla" for layer in spec.layers)  # the latent whole on every tp rank
+    fewer = ("more decode_context_parallel_size lowers it (vLLM)" if mla else "more tensor_parallel_size lowers it")
+    why["max_kv_bytes_per_gpu"] = (f"{_bytes(per_gpu)} on one GPU > "
                                    f"{_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
                                    f"{budget.batch:,} x {seq_len:,} tokens take {_bytes(r.total_bytes)} over "
-                                   f"{r.num_gpus} GPU(s); more tensor_parallel_size lowers it")
+                                   f"{r.num_gpus} GPU(s){f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
 
 
 def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
@@ -107,7 +115,7 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
     busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request
     headroom = 1 - busy / gpu.memory_bytes
     # over every DP rank: each engine holds its own (FitResult.dp)
-    out.update(min_kv_cache_tokens=dp * f.kv_cache_tokens, min_max_concurrency=round(dp * f.max_concurrency, 4),
+    out.update(min_kv_cache_tokens=f.all_kv_cache_tokens, min_max_concurrency=round(f.all_concurrency, 4),
                max_model_len_must_fit=float(f.fits),
                min_headroom_frac=round(headroom, 6))
     fit_says = "; ".join(f.reasons)
@@ -116,10 +124,11 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
              f"{_gib(b.cuda_graph)}")
     because = fit_says or cache
     want = asked.get("min_max_concurrency") or 0
-    why["min_kv_cache_tokens"] = (f"{dp * f.kv_cache_tokens:,} KV cache tokens < "
+    why["min_kv_cache_tokens"] = (f"{f.all_kv_cache_tokens:,} KV cache tokens < "
                                   f"{asked.get('min_kv_cache_tokens') or 0:,.0f}: {because}")
-    need = f" need {want / (dp * f.max_concurrency):.2f}x the KV cache" if f.max_concurrency else " do not fit"
-    why["min_max_concurrency"] = (f"max concurrency {dp * f.max_concurrency:.2f} < {want:g}: {want:g} requests of "
+    each = f" ({f.max_concurrency:.2f} on each of {dp} ranks)" if dp > 1 else ""
+    need = f" need {want / f.all_concurrency:.2f}x the KV cache" if f.all_concurrency else " do not fit"
+    why["min_max_concurrency"] = (f"max concurrency {f.all_concurrency:.2f}{each} < {want:g}: {want:g} requests of "
                                   f"{f.max_model_len:,} tokens{need}; {because}")
     why["max_model_len_must_fit"] = (f"max_model_len {f.max_model_len} does not fit: " + (
         fit_says or f"the longest that fits: max_model_len {f.max_model_len_fit}"))

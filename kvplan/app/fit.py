@@ -110,35 +110,49 @@ def _parallel_notes(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[
     at tp > 1, what the engine's data parallelism (vLLM -dp with expert parallel, SGLang's DP attention) would hold
     on the same GPUs."""
     r = result
+    moe = req.spec.arch is not None and req.spec.arch.moe is not None
+    notes = []
+    if req.expert_parallel and not moe:
+        notes.append("--enable-expert-parallel: ignored, the model has no routed experts")
     if r.dp > 1:
         ep = (f"; the routed experts whole over {r.expert_parallel_size} GPUs (expert parallel)"
               if r.expert_parallel_size else "")
         every = (f"the figures are one {'group' if r.dp_attention else 'engine'}'s, all {r.dp} hold "
-                 f"{r.dp * r.kv_cache_tokens:,} tokens and {r.dp * r.max_concurrency:.2f} requests of "
-                 f"{r.max_model_len:,} tokens at once{ep}")
+                 f"{r.all_kv_cache_tokens:,} tokens and {r.all_concurrency:.0f} requests of {r.max_model_len:,} "
+                 f"tokens at once, each request on one{ep}")
         if r.dp_attention:
-            return (f"data-parallel attention: {r.dp} groups of {r.tp // r.dp} GPU(s) inside the {r.tp}, each its own "
-                    f"token pool (SGLang layers/dp_attention.py); {every}; the default mem_fraction_static holds back "
-                    "their gathered decode buffers (server_args.py)",)
-        if r.engine == "sglang":
-            return (f"data parallel: {r.dp} replicas of {r.tp * r.pp} GPU(s) behind SGLang's router, each its own "
-                    f"token pool; {every}",)
-        return (f"data parallel: {r.dp} engines of {r.tp * r.pp} GPU(s), each its own KV pool and scheduler (vLLM "
-                f"v1/engine/core.py, one EngineCore a DP rank); {every}; the buffers of the all-to-all between them "
-                "are not counted (give --non-torch-memory from a start)",)
-    arch = req.spec.arch
+            notes.append(f"data-parallel attention: {r.dp} groups of {r.tp // r.dp} GPU(s) inside the {r.tp}, each its "
+                         f"own token pool (SGLang layers/dp_attention.py); {every}; the default mem_fraction_static "
+                         "holds back their gathered decode buffers (server_args.py)")
+        elif r.engine == "sglang":
+            notes.append(f"data parallel: {r.dp} replicas of {r.tp * r.pp} GPU(s) behind SGLang's router, each its "
+                         f"own token pool; {every}")
+        else:
+            notes.append(f"data parallel: {r.dp} engines of {r.tp * r.pp} GPU(s), each its own KV pool and scheduler "
+                         f"(vLLM v1/engine/core.py, one EngineCore a DP rank); {every}")
+        if moe and r.engine == "vllm":
+            notes.append(_NOT_MODELLED)
+        return tuple(notes)
     mla = any(layer.kind.value == "mla" for layer in req.spec.layers)
-    if req.tp < 2 or req.pp > 1 or arch is None or not (arch.moe is not None or (mla and req.engine == "sglang")):
-        return ()
+    if req.tp < 2 or req.pp > 1 or not (moe or (mla and req.engine == "sglang")):
+        return tuple(notes)
     if req.engine == "vllm":
         flags, alt = (f"-dp {req.tp} -tp 1 --enable-expert-parallel",
                       dataclasses.replace(req, tp=1, dp=req.tp, expert_parallel=True))
     elif req.engine == "sglang":
         flags, alt = f"-dp {req.tp} --enable-dp-attention", dataclasses.replace(req, dp=req.tp, dp_attention=True)
     else:
-        return ()
-    return _instead(flags, dataclasses.replace(alt, weights_memory=None, kv_cache_memory_bytes=None,
-                                               concurrency=None, gpu_memory_utilization=None), r)
+        return tuple(notes)
+    # the user's settings carry over (utilization included); measured per-GPU figures do not
+    alt = dataclasses.replace(alt, weights_memory=None, kv_cache_memory_bytes=None, concurrency=None)
+    return (*notes, *_instead(flags, alt, r))
+
+
+# vLLM's profile run and non-torch memory are estimated as for one engine at its tp: the tokens the MoE layers gather
+# from every DP rank and the all-to-all buffers between them are not (docs/engines.md, "Data parallel")
+_NOT_MODELLED = ("data parallel with routed experts: the activation and non-torch figures are one engine's at its "
+                 "tp; the tokens the MoE layers gather from every rank and the all-to-all buffers are not counted "
+                 "(give --activation-memory and --non-torch-memory from a start)")
 
 
 def _instead(flags: str, alt, r: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
@@ -147,12 +161,13 @@ def _instead(flags: str, alt, r: FitResult) -> tuple[str, ...]:  # type: ignore[
 
     try:
         a = fit(alt)
-    except KvplanError:
-        return ()
+    except KvplanError as exc:
+        return (f"data parallel instead: {flags} would not start ({exc})",)
     if not a.fits:
         return (f"data parallel instead: {flags} does not fit ({a.reasons[0]})",)
+    caveat = f"; {_NOT_MODELLED}" if a.engine == "vllm" else ""
     return (f"data parallel instead: {flags} on the same {r.num_gpus} GPUs gives {a.dp} "
             f"{'groups' if a.dp_attention else 'engines'} of {a.kv_cache_tokens:,} tokens each, "
-            f"{a.dp * a.max_concurrency:.2f} requests of {a.max_model_len:,} tokens at once in all (here "
+            f"{a.all_concurrency:.0f} requests of {a.max_model_len:,} tokens at once in all, each on one (here "
             f"{r.max_concurrency:.2f}), with {a.breakdown.weights / 2**30:.1f} GiB of weights a GPU against "
-            f"{r.breakdown.weights / 2**30:.1f}: attention whole in each, each request's KV in one only",)
+            f"{r.breakdown.weights / 2**30:.1f}{caveat}",)

@@ -16,6 +16,7 @@ from typing import Any
 from kvplan.app.simulation import SimulationRun
 from kvplan.core.sim.stats import Percentiles
 from kvplan.core.sim.v1 import V1Result
+from kvplan.core.sim.v1.tables import Columns, RequestRecords
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +65,7 @@ def allocator_rows(run: SimulationRun) -> list[AllocatorRow]:
 def last_arrival_s(run: SimulationRun) -> float | None:
     plan = run.plan
     if plan.v1 is not None:
-        arrivals = [q.arrival_ps for q in plan.v1.inputs.requests if q.arrival_ps is not None]
+        arrivals = [t for t in Columns.of(plan.v1.inputs.requests).arrival_ps or () if t is not None]
     else:
         assert plan.event is not None
         arrivals = list(plan.event.requests.arrival_ps)
@@ -76,7 +77,7 @@ def _v1_row(run: SimulationRun, r: V1Result | None = None) -> AllocatorRow:
     v, r = run.plan.v1, r if r is not None else run.v1
     assert v is not None and r is not None
     last = last_arrival_s(run) or 0.0
-    queued = [q.queue_s for q in r.per_request if q.queue_s is not None]
+    queued = _queued_s(r.per_request)
     return AllocatorRow(
         allocator=r.allocator or f"paged-{v.block_size}", token_states_frac=r.token_states_frac,
         reserved_frac=r.reserved_frac, internal_frag_frac=r.internal_frag_frac, external_frag_frac=r.external_frag_frac,
@@ -193,4 +194,13 @@ def late_turns(run: SimulationRun) -> int:
 
 def _arrival_s(run: SimulationRun, i: int) -> float:
     assert run.plan.v1 is not None
-    return (run.plan.v1.inputs.requests[i].arrival_ps or 0) / 1e12
+    return (run.plan.v1.inputs.requests[i].arrival_ps or 0) / 1e12  # (a few requests: the late turns)
+
+
+def _queued_s(records) -> list[float]:  # type: ignore[no-untyped-def]
+    """Each request's queue seconds: from the simulator's columns (a million requests) or the records."""
+    if isinstance(records, RequestRecords):
+        if not records.timed:
+            return []
+        return [(x - y) / 1e12 for x, y in zip(records.column("first_scheduled_ps"), records.column("arrival_ps"))]
+    return [q.queue_s for q in records if q.queue_s is not None]

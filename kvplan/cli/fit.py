@@ -179,7 +179,7 @@ def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
 def _what_if_json(w: WhatIf) -> dict[str, Any]:
     out: dict[str, Any] = {"change": w.change, "error": w.error or None}
     if w.result:
-        out.update(fits=w.result.fits, kv_cache_memory_bytes=w.result.kv_cache_memory_bytes,
+        out.update(fits=w.result.fits, num_gpus=w.result.num_gpus, kv_cache_memory_bytes=w.result.kv_cache_memory_bytes,
                    max_concurrency=round(w.result.max_concurrency, 4), max_model_len_fit=w.result.max_model_len_fit)
     return out
 
@@ -193,8 +193,8 @@ def fit_json(report: FitReport) -> dict[str, Any]:
         # vLLM data parallelism: the figures below are one engine's (DP rank); all_ranks sums the dp engines
         "data_parallel_size": r.dp, "expert_parallel_size": r.expert_parallel_size or None, "num_gpus": r.num_gpus,
         "decode_context_parallel_size": r.dcp, "dp_attention": r.dp_attention,
-        "all_ranks": {"kv_cache_tokens": r.dp * r.kv_cache_tokens,
-                      "max_concurrency": round(r.dp * r.max_concurrency, 4)},
+        # every rank: their tokens, and the requests of max_model_len they hold at once (whole ones on each rank)
+        "all_ranks": {"kv_cache_tokens": r.all_kv_cache_tokens, "max_concurrency": round(r.all_concurrency, 4)},
         "kv_cache_dtype": r.kv_dtype, "weight_dtype": r.weight_dtype, "max_model_len": r.max_model_len,
         "kv_cache_memory_bytes": r.kv_cache_memory_bytes, "block_size": r.block_size,
         "page_size_bytes": r.page_size_bytes, "num_blocks": r.num_blocks, "usable_blocks": r.usable_blocks,
@@ -250,8 +250,8 @@ def _render(report: FitReport) -> None:
     _render_summary(r)
     if r.fits:
         each = f" ({r.max_concurrency:.2f} on each of {r.dp} DP ranks)" if r.dp > 1 else ""
-        console.print(f"[bold green]fits[/]: {r.dp * r.max_concurrency:.2f} requests of {r.max_model_len:,} tokens "
-                      f"at once{each}")
+        held = f"{r.all_concurrency:.0f}" if r.dp > 1 else f"{r.max_concurrency:.2f}"
+        console.print(f"[bold green]fits[/]: {held} requests of {r.max_model_len:,} tokens at once{each}")
         return
     for reason in r.reasons:
         console.print(f"[bold red]does not fit[/]: {reason}")
@@ -272,8 +272,8 @@ def _render_summary(r: FitResult) -> None:
         summary.add_row("GPU KV cache size as logged", f"{r.logged_kv_cache_tokens:,}")
     summary.add_row(f"max concurrency at {r.max_model_len:,} tokens", f"{r.max_concurrency:.2f}x")
     if r.dp > 1:
-        summary.add_row(f"KV cache tokens, all {r.dp} DP ranks", f"{r.dp * r.kv_cache_tokens:,}")
-        summary.add_row(f"max concurrency, all {r.dp} DP ranks", f"{r.dp * r.max_concurrency:.2f}x")
+        summary.add_row(f"KV cache tokens, all {r.dp} DP ranks", f"{r.all_kv_cache_tokens:,}")
+        summary.add_row(f"requests held at once, all {r.dp} DP ranks", f"{r.all_concurrency:.0f}")
     # searched up to the configured length, for every engine (FitResult.max_model_len_fit); bare: a flag value
     summary.add_row(f"longest max_model_len that fits (<= {r.max_model_len})", f"{r.max_model_len_fit}")
     print_table(console, summary)
@@ -284,18 +284,24 @@ def _render_summary(r: FitResult) -> None:
 
 
 def _render_what_if(alternatives: tuple[WhatIf, ...], dp: int = 1) -> None:
+    """The single changes tried; with data parallelism the GPUs each takes and one rank's concurrency."""
     each = f" of one of the {dp} DP ranks" if dp > 1 else ""
-    wt = new_table("change", "fits", "KV/GPU", "conc.", "max len", numeric=("KV/GPU", "conc.", "max len"),
+    gpus = ("GPUs",) if dp > 1 else ()
+    wt = new_table("change", *gpus, "fits", "KV/GPU", "conc.", "max len", numeric=(*gpus, "KV/GPU", "conc.", "max len"),
                    no_wrap=("change",), title=f"What would make it fit (KV per GPU, max concurrency{each}, longest "
                                               "max_model_len that fits, up to the one set)")
     for w in alternatives:
+        n = (f"{w.result.num_gpus}" if w.result else "",) if dp > 1 else ()
         if w.result is None:
-            wt.add_row(w.change, "error", w.error, "", "")
+            wt.add_row(w.change, *n, "error", w.error, "", "")
         else:
-            wt.add_row(w.change, "[green]yes[/]" if w.result.fits else "[red]no[/]",
+            wt.add_row(w.change, *n, "[green]yes[/]" if w.result.fits else "[red]no[/]",
                        format_bytes(w.result.kv_cache_memory_bytes), f"{w.result.max_concurrency:.2f}x",
                        f"{w.result.max_model_len_fit}")
     print_table(console, wt)
+    if dp > 1 and not any(w.result is not None and w.result.fits for w in alternatives):
+        console.print("none fits; the fewest-GPUs search shapes one engine and is not run with -dp: try another -tp or "
+                      "-dp")
 
 
 def _render_fewest(r: FitResult, alternatives: tuple[WhatIf, ...], few: FewestGPUs) -> None:

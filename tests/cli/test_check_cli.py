@@ -383,4 +383,18 @@ def test_a_data_parallel_budget_counts_every_rank(tmp_path):
     fit = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-dp", "8", "--enable-expert-parallel", "--json"])
     whole = json.loads(fit.stdout)["all_ranks"]
     assert rows["min_kv_cache_tokens"] == whole["kv_cache_tokens"]
-    assert abs(rows["min_max_concurrency"] - whole["max_concurrency"]) <= 1e-3
+    assert rows["min_max_concurrency"] == whole["max_concurrency"] == 16  # 2.64 an engine: 2 whole, 8 engines
+
+
+def test_a_decode_context_parallel_budget_spreads_each_sequence(tmp_path):
+    """decode_context_parallel_size: each sequence's KV over that many tp ranks, so one GPU holds 1/dcp of it."""
+    text = ("budgets:\n  - name: dcp\n    model: deepseek-v3\n    gpu: H200\n    tensor_parallel_size: 8\n"
+            "    decode_context_parallel_size: {dcp}\n    batch: 4\n    require:\n      max_kv_bytes_per_gpu: 1TiB\n")
+    rows = []
+    for dcp in (1, 8):
+        r = check(write(tmp_path, text.format(dcp=dcp)), "--json")
+        assert r.exit_code == 0, r.output
+        rows.append({x["limit"]: x["value"] for x in json.loads(r.stdout)["results"]})
+    assert rows[1]["max_kv_bytes_per_gpu"] == -(-rows[0]["max_kv_bytes_per_gpu"] // 8)
+    r = check(write(tmp_path, text.format(dcp=8).replace("gpu: H200", "gpu: H200\n    engine: sglang")))
+    assert r.exit_code == 2 and "modelled for vLLM" in r.output

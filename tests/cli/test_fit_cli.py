@@ -298,7 +298,8 @@ def test_data_parallel_engines_each_their_own_pool():
         assert four[key] == one[key], key
     assert four["data_parallel_size"] == 4 and four["num_gpus"] == 4 and four["expert_parallel_size"] is None
     assert four["all_ranks"]["kv_cache_tokens"] == 4 * one["kv_cache_tokens"]
-    assert abs(four["all_ranks"]["max_concurrency"] - 4 * one["max_concurrency"]) <= 4e-4  # (each rounded to 4)
+    # a request is held by one engine: 13.82 an engine is 13 whole ones, 52 on 4 (not 55.27)
+    assert four["all_ranks"]["max_concurrency"] == 4 * int(one["max_concurrency"])
     assert one["all_ranks"]["kv_cache_tokens"] == one["kv_cache_tokens"] and one["num_gpus"] == 1
 
 
@@ -312,10 +313,20 @@ def test_deepseek_v3_data_parallel_with_expert_parallel_on_8_h200():
     assert ep["num_gpus"] == tp8["num_gpus"] == 8 and ep["expert_parallel_size"] == 8
     assert ep["breakdown"]["weights"] > tp8["breakdown"]["weights"]
     assert ep["kv_cache_tokens"] < tp8["kv_cache_tokens"]
-    assert ep["all_ranks"]["max_concurrency"] > 3 * tp8["max_concurrency"]
+    assert ep["all_ranks"]["max_concurrency"] == 8 * int(ep["max_concurrency"]) > 3 * tp8["max_concurrency"]
     # the -tp 8 fit says what the DP alternative gives, in the same figures
     note = next(n for n in tp8["notes"] if n.startswith("data parallel instead"))
-    assert f"{ep['kv_cache_tokens']:,} tokens each" in note and f"{ep['all_ranks']['max_concurrency']:.2f}" in note
+    assert f"{ep['kv_cache_tokens']:,} tokens each" in note
+    assert f"{ep['all_ranks']['max_concurrency']:.0f} requests of 163,840 tokens" in note
+
+
+def test_concurrency_over_data_parallel_ranks_counts_whole_requests_on_each():
+    """--concurrency c over dp engines needs cdiv(c, dp) requests on the busiest: -c 16 fits 8 engines of 2.64,
+    -c 17 does not (one engine would hold 3)."""
+    base = ("deepseek-v3", "--gpu", "H200", "-dp", "8", "--enable-expert-parallel")
+    code16, _ = _fit(*base, "-c", "16")
+    code17, out = _fit(*base, "-c", "17")
+    assert code16 == 0 and code17 == 1 and "17 concurrent requests" in out["reasons"][0]
 
 
 def test_data_parallel_is_refused_where_it_is_not_modelled():
@@ -368,3 +379,16 @@ def test_sglang_data_parallel_replicas_are_side_by_side():
 def test_dp_attention_is_refused_where_it_does_not_apply(args, says):
     r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", *args])
     assert r.exit_code == 2 and says in r.output
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_fp8_block_experts_split_only_in_whole_blocks(engine):
+    """DeepSeek-V3's experts (intermediate 2048, FP8 blocks of 128): split over 32 GPUs they would be 64 wide, which
+    vLLM's Fp8MoEMethod.create_weights and SGLang refuse at load; whole experts (expert parallel) load."""
+    args = (["-tp", "8", "-dp", "4"] if engine == "vllm" else ["-tp", "32"])
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "--engine", engine, *args])
+    assert r.exit_code == 2 and "not a multiple of the FP8 block 128" in r.output
+    assert "--enable-expert-parallel" in r.output
+    if engine == "vllm":
+        code, out = _fit("deepseek-v3", "--gpu", "H200", "--engine", engine, *args, "--enable-expert-parallel")
+        assert code == 0 and out["expert_parallel_size"] == 32

@@ -19,6 +19,8 @@ An engine supplies only the parts that truly differ (``EngineBudget``); the rest
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -218,9 +220,10 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
     started, weights = start.started, start.weights
     reasons = ([started.reason] if started.reason else []) + list(cap.reasons)  # not starting comes first
     concurrency = cap.max_concurrency
-    # --concurrency counts requests over every DP rank: each engine holds its own (a router spreads them)
-    if cap.check_concurrency and req.concurrency and concurrency * req.dp < req.concurrency and not reasons:
-        reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency * req.dp))
+    # --concurrency counts requests over every DP rank, each held by one: cdiv(c, dp) on the busiest rank
+    if cap.check_concurrency and req.concurrency and concurrency < -(-req.concurrency // req.dp) and not reasons:
+        total = concurrency if req.dp == 1 else req.dp * math.floor(concurrency)
+        reasons.append(budget.concurrency_reason(req, cap.max_model_len, total))
     c = cap.stage.components
     unused = cap.unused
     if unused is None:

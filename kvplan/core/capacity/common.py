@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 
 from dataclasses import dataclass, field
@@ -143,6 +145,17 @@ class FitResult:
     def num_gpus(self) -> int:
         return self.tp * self.pp * (1 if self.dp_attention else self.dp)
 
+    @property
+    def all_kv_cache_tokens(self) -> int:
+        """The tokens of every DP rank's pool."""
+        return self.dp * self.kv_cache_tokens
+
+    @property
+    def all_concurrency(self) -> float:
+        """Requests of max_model_len tokens every DP rank holds at once: the fraction of one engine, or with
+        dp > 1 whole requests on each (a request is held by one rank: 2.64 a rank is 2, not 2.64)."""
+        return self.max_concurrency if self.dp == 1 else self.dp * math.floor(self.max_concurrency)
+
 
 def given_or_estimate(given: int | None, name: str, estimated: set[str], estimate: Callable[[], int]) -> int:
     """A measured figure when the user gave one; else kvplan's estimate, recorded in ``estimated``."""
@@ -187,6 +200,7 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     elif method == "fp8":
         fmt = get_weight_format("fp8")
         notes.append("weights: the checkpoint is FP8 (quantization_config), block scales counted")
+        _check_expert_blocks(req, quant)
     elif method == "mxfp4":
         fmt, expert_fmt = keep, get_weight_format("mxfp4")
         notes.append("weights: routed experts are MXFP4 (quantization_config), the rest in the model dtype")
@@ -226,6 +240,23 @@ def expert_ranks(req: FitRequest) -> int:
     (--dp-size without DP attention) each hold every expert over their tp, and DP attention keeps the MoE layers
     over the tp GPUs (python/sglang/srt/layers/moe/fused_moe_triton/layer.py::FusedMoE.__init__, 0.5.10)."""
     return req.tp * req.dp if req.engine == "vllm" else req.tp
+
+
+def _check_expert_blocks(req: FitRequest, quant: dict) -> None:
+    """An FP8 checkpoint with block scales splits each expert's intermediate over the GPUs that share it (tp, or dp x
+    tp in vLLM, without expert parallelism) only in whole blocks: vLLM's Fp8MoEMethod.create_weights (quantization/
+    fp8.py) and SGLang refuse at load 'The output_size of gate's and up's weight = N is not divisible by weight
+    quantization block_n = 128'."""
+    block = quant.get("weight_block_size")
+    moe = req.spec.arch.moe if req.spec.arch is not None else None
+    if req.expert_parallel or moe is None or not isinstance(block, list) or not block:
+        return
+    ranks, inter, block_n = expert_ranks(req), moe.expert_intermediate, int(block[0])
+    if ranks > 1 and (inter % ranks or inter // ranks % block_n):
+        raise ConfigError(f"{req.spec.name}: its experts' intermediate {inter} over {ranks} GPUs is {inter / ranks:g} "
+                          f"a GPU, not a multiple of the FP8 block {block_n}: {req.engine} refuses it at load ('The "
+                          "output_size of gate's and up's weight ... is not divisible by weight quantization "
+                          "block_n'); use --enable-expert-parallel (whole experts), or fewer GPUs a model copy")
 
 
 def mm_limit(req: FitRequest, modality: str) -> int:

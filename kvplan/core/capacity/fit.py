@@ -106,8 +106,7 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
         if tp <= MAX_TP_IN_NODE and _tp_allowed(req, tp):
-            label = (f"--tensor-parallel-size {tp}" + (f" ({tp * req.pp * req.dp} GPUs)" if req.dp > 1 else "")
-                     + (" (measured weights scaled)" if req.weights_memory else ""))
+            label = f"--tensor-parallel-size {tp}" + (" (measured weights scaled)" if req.weights_memory else "")
             options.append((label, _with_tp(req, tp)))
     if 0 < base.max_model_len_fit < base.max_model_len:
         options.append((f"--max-model-len {base.max_model_len_fit}",

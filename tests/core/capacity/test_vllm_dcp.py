@@ -68,6 +68,10 @@ def test_deepseek_v3_at_tp_8_dcp_8_holds_each_token_once(version, rule):
     (("llama3.1-70b", "--gpu", "H100-80GB", "-tp", "8", "-dcp", "2"), "exceeds the 8 KV heads"),
     (("gemma3-27b", "--gpu", "H100-80GB", "-tp", "2", "-dcp", "2"), "full attention and MLA only"),
     (("deepseek-v3", "--gpu", "H200", "-tp", "8", "-dcp", "2", "--engine", "sglang"), "modelled for vLLM"),
+    # vllm#34795: 'DCP not support fp8 kvcache now'; vllm#46178: FlashMLA-sparse returns no decode LSE
+    (("deepseek-v3", "--gpu", "H200", "-tp", "8", "-dcp", "8", "--kv-cache-dtype", "fp8"), "fp8 KV cache"),
+    (("deepseek-v3.2", "--gpu", "H200", "-tp", "8", "-dcp", "2"), "sparse-MLA backend"),
+    (("qwen3-32b", "--gpu", "H100-80GB", "-tp", "8", "-dcp", "2"), "use -tp 16 or more with -dcp 2"),
 ])
 def test_decode_context_parallelism_is_refused_where_vllm_refuses_it(args, says):
     code, out = _fit(*args)

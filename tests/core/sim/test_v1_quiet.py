@@ -111,7 +111,6 @@ def test_quiet_stretches_give_the_step_by_step_results_and_pool(data):
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     lean_run_agrees(inp, fast[0])
-    lean_run_agrees(inp, fast[0])
 
 
 def test_a_long_prompt_admitted_chunk_by_chunk_before_the_whole_sequence_gate():

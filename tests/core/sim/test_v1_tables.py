@@ -58,3 +58,18 @@ def test_a_table_simulates_as_the_tuple_and_records_as_the_requests_finish(data,
     assert a.per_request == tuple(a.per_request)  # the columns equal the records they give
     assert a.per_request != tuple(dataclasses.replace(r, num_preemptions=r.num_preemptions + 1)
                                   for r in a.per_request)
+
+
+def test_records_refuse_a_row_past_either_end():
+    import pytest
+
+    table, plain = table_and_tuple([([(1, 5)], 3, 0), ([(2, 4)], 2, 10)])
+    sched = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256, rules=newest())
+    layout = CacheLayout(num_blocks=40, groups=(CacheGroup(kind=FULL, block_size=16),))
+    recs = simulate_v1(V1Inputs(requests=table, scheduler=sched, layout=layout, step_model=STEP)).per_request
+    assert recs[-2] == recs[0] and recs[0:2] == [recs[0], recs[1]]
+    for i in (2, -3):
+        with pytest.raises(IndexError):
+            recs[i]
+        with pytest.raises(IndexError):
+            table[i]

@@ -40,9 +40,9 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
-from kvplan.core.engines.vllm.dcp import check_dcp
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
                                                 encoder_items, profile_run)
+from kvplan.core.engines.vllm.dcp import check_dcp
 from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
@@ -272,7 +272,7 @@ class VLLMBudget(EngineBudget):
                                   hybrid=v.hybrid, mamba_cache_mode=req.mamba_cache_mode,
                                   num_speculative_tokens=req.num_speculative_tokens, name=req.spec.name)
             if layout is not None and req.dcp > 1:
-                check_dcp(req.spec, v.rules, setup.profile.version, tp=req.tp, dcp=req.dcp)
+                check_dcp(req.spec, v.rules, setup.profile.version, tp=req.tp, dcp=req.dcp, kv_dtype=v.kv_dtype.name)
                 layout = dataclasses.replace(layout, dcp=req.dcp)
             blocks = max(0, st.kv_bytes) // layout.pool_block_bytes if layout else 1
             pools.append(_StagePool(stage=st, layout=layout, blocks=blocks))

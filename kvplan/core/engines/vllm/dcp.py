@@ -24,7 +24,7 @@ from kvplan.core.spec import AttentionLayer, LayerKind, MLALayer, ModelSpec
 from kvplan.errors import ConfigError, InputError
 
 
-def check_dcp(spec: ModelSpec, rules: VLLMRules, version: str, *, tp: int, dcp: int) -> None:
+def check_dcp(spec: ModelSpec, rules: VLLMRules, version: str, *, tp: int, dcp: int, kv_dtype: str) -> None:
     """Refuse a --decode-context-parallel-size the release or the model does not take, saying what would."""
     if dcp == 1:
         return
@@ -32,8 +32,8 @@ def check_dcp(spec: ModelSpec, rules: VLLMRules, version: str, *, tp: int, dcp: 
         raise ConfigError(f"vLLM {version} has no --decode-context-parallel-size (from 0.10.2); pin --engine "
                           "vllm==0.10.2 or later")
     if tp % dcp:
-        raise InputError(f"--decode-context-parallel-size {dcp} must divide the tensor parallel size {tp}: DCP "
-                         "shards the KV over the tp ranks")
+        raise InputError(f"--decode-context-parallel-size {dcp} must divide the tensor parallel size {tp} (DCP shards "
+                         f"the KV over the tp ranks): use -tp {dcp * -(-tp // dcp)}, or a -dcp that divides {tp}")
     kinds = {layer.kind for layer in spec.layers if isinstance(layer, AttentionLayer | MLALayer)}
     others = [layer for layer in spec.layers if layer.kind not in (LayerKind.FULL, LayerKind.MLA)
               and not _no_cache(layer)]
@@ -45,13 +45,24 @@ def check_dcp(spec: ModelSpec, rules: VLLMRules, version: str, *, tp: int, dcp: 
         raise ConfigError(f"vLLM {version} shards MLA models only with --decode-context-parallel-size; GQA from "
                           "0.11.1: pin --engine vllm==0.11.1 or later")
     if kinds == {LayerKind.MLA}:
+        if any(isinstance(layer, MLALayer) and layer.indexer_head_dim for layer in spec.layers):
+            # FlashMLA-sparse returns no softmax LSE for decode, which DCP merges ranks with (vllm#46178, #46145)
+            raise ConfigError(f"{spec.name}: vLLM's sparse-MLA backend does not run decode context parallelism (it "
+                              "returns no softmax LSE to merge the ranks with: vllm#46178); use -dcp 1")
+        if kv_dtype.startswith("fp8"):
+            # "DCP not support fp8 kvcache now." (vllm#34795, #40609: MLA backends assert it)
+            raise ConfigError(f"{spec.name}: vLLM's MLA backends refuse an fp8 KV cache with decode context "
+                              "parallelism ('DCP not support fp8 kvcache now', vllm#34795); use --kv-cache-dtype "
+                              "auto or -dcp 1")
         return
     kv = max(layer.num_kv_heads for layer in spec.layers if isinstance(layer, AttentionLayer))
     q = spec.num_attention_heads
     if not (tp > kv and dcp <= tp // kv and (q // kv) % dcp == 0):
+        least = kv * dcp if q % (kv * dcp) == 0 and (q // kv) % dcp == 0 else 0
+        use = f": use -tp {least} or more with -dcp {dcp}" if least else f": -dcp {dcp} cannot divide its heads"
         raise InputError(f"{spec.name}: vLLM shards GQA KV over DCP ranks only where tp ({tp}) exceeds the {kv} KV "
                          f"heads, dcp <= tp // {kv} = {tp // kv}, and dcp divides the {q // kv} query heads a KV "
-                         f"head serves (config/model.py::ModelConfig.verify_with_parallel_config)")
+                         f"head serves (config/model.py::ModelConfig.verify_with_parallel_config){use}")
 
 
 def _no_cache(layer) -> bool:  # type: ignore[no-untyped-def]

@@ -147,8 +147,8 @@ _table.at("0.10.0", ("CUDA-graph sizes go up to min(2 x max_num_seqs, 512) "
                      "weight (0.10.0: vllm/model_executor/model_loader/bitsandbytes_loader.py::_dequantize_dq)"),
           capture="v1_2x_seqs", bitsandbytes="absmax fp32")
 _table.at("0.10.2", ("--kv-cache-memory-bytes sets the KV budget directly (0.10.2: vllm/config/cache.py)",
-                     "--decode-context-parallel-size C shards an MLA model's KV over C of the tp ranks, token i on rank "
-                     "i % C: each rank's pool as without it, the scheduler's block B x C tokens, a request of L tokens "
+                     "--decode-context-parallel-size C shards an MLA model's KV over C of the tp ranks, token i "
+                     "on rank i % C: each rank's pool as without it, the scheduler's block B x C tokens, a request of L tokens "
                      "cdiv(L, B x C) blocks (0.10.2: vllm/v1/worker/block_table.py::BlockTable.compute_slot_mapping, "
                      "vllm/v1/kv_cache_interface.py::FullAttentionSpec.max_memory_usage_bytes)"),
           kv_cache_memory_bytes=True, dcp="mla")
@@ -176,7 +176,8 @@ _table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/
                      "scheduler, async: a request whose last token is in flight is not scheduled again (0.11.1: "
                      "vllm/v1/core/sched/scheduler.py::Scheduler.schedule, num_new_tokens capped at min(prompt + "
                      "max_tokens, max_model_len) - 1 - num_computed_tokens)"),
-          scheduler=_table.sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16", dcp="attention",
+          scheduler=_table.sched("0.11.1", async_skip_last_in_flight=True), capture="v1_2x_seqs_step16",
+          dcp="attention",
           mla_given_block="unless_multiple",
           block_sizes=_table.blocks(choices=(1, *_V0_BLOCKS, 256),
                                     choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",

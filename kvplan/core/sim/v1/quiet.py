@@ -30,7 +30,7 @@ from kvplan.core.sim.v1.stretch import MARGIN, MIN_STEPS, Stretch, advance
 class Quiet:
     """One simulation's quiet-stretch stepper; ``usable`` is False where the pool does not allow it."""
 
-    def __init__(self, sim, ps: tuple[list[int], ...], timeline: list, points: int) -> None:
+    def __init__(self, sim, ps: tuple[list[int], ...] | None, timeline: list, points: int) -> None:
         mgr, cfg = sim.mgr, sim.cfg
         self.mgr, self.pool, self.books = mgr, mgr.pool, mgr.books
         self.capacity = mgr.books.capacity

@@ -333,8 +333,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                         if r.finish_step < 0:
                             n += 1
                             if samples:
-                                kcap = q.plan(i, r, r.num_computed - k, r.num_tokens - k, r.generated - k, k, kcap, True,
-                                              events, stops, heap, wheel, phase)
+                                kcap = q.plan(i, r, r.num_computed - k, r.num_tokens - k, r.generated - k, k, kcap,
+                                              True, events, stops, heap, wheel, phase)
                                 if async_:  # its first token, processed at the next step (undone below if none comes)
                                     r.first_token_step, r.first_token_ps = s + k - 1, clock
                                     r.in_flight = 1

@@ -163,6 +163,11 @@ class RequestRecords(Sequence[RequestRecord]):
     def column(self, name: str) -> array:
         return self._cols[name]
 
+    @property
+    def timed(self) -> bool:
+        """Whether the records have seconds (a step-time model ran)."""
+        return self._timed
+
     def __len__(self) -> int:
         return len(self._cols["finish_step"])
 
@@ -173,8 +178,11 @@ class RequestRecords(Sequence[RequestRecord]):
     def __getitem__(self, i):  # type: ignore[no-untyped-def]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
         if i < 0:
-            i += len(self)
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
         c = self._cols
         arrival, timed = c["arrival_ps"][i], self._timed
         return RequestRecord(

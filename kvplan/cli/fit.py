@@ -100,8 +100,8 @@ DecodeContextParallelOpt = Annotated[int, typer.Option("--decode-context-paralle
     "vLLM: each sequence's KV sharded over this many of the tp ranks (token i on rank i % dcp), from 0.10.2; MLA, "
     "and GQA from 0.11.1 (default 1)."))]
 ExpertParallelOpt = Annotated[bool, typer.Option("--enable-expert-parallel", help=(
-    "vLLM: each GPU of the dp x tp holds whole routed experts instead of a share of every expert (default: "
-    "off)."))]
+    "Each GPU holds whole routed experts instead of a share of every expert: over dp x tp GPUs in vLLM, over tp in "
+    "SGLang (--ep-size tp) (default: off)."))]
 
 
 @app.command(name="fit")

@@ -392,3 +392,12 @@ def test_fp8_block_experts_split_only_in_whole_blocks(engine):
     if engine == "vllm":
         code, out = _fit("deepseek-v3", "--gpu", "H200", "--engine", engine, *args, "--enable-expert-parallel")
         assert code == 0 and out["expert_parallel_size"] == 32
+
+
+def test_sglang_dp_attention_reserve_on_an_h100():
+    """0.5.3 (server_args.py::_handle_gpu_memory_settings): an H100 at tp 2 reserves 512 + 1.5 x 8192 + 2 x 256 +
+    2 / 8 x 1024 = 13,568 MiB, and with DP attention over 2 ranks 256 x 2 x 3 = 1,536 MiB more (cuda_graph_max_bs
+    256 is not above 300): (81,090 - 15,104) / 81,090 = 0.814 on a card of 79.19 GiB."""
+    code, out = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang==0.5.3", "-tp", "2", "-dp", "2",
+                     "--enable-dp-attention")
+    assert code in (0, 1) and out["settings"]["mem_fraction_static"] == 0.814

@@ -54,12 +54,12 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attentio
     mem_mib = memory_bytes / MiB
     chunk, graph_bs = prefill_defaults(memory_bytes, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
-    if mem_mib > 60 * 1024:
-        reserved = max(reserved, 10240)
     if dp_attention:
         # the decode graphs of every attention DP rank gather its tokens: 3 MiB a batch size a rank, 1.5 more above
-        # 300 (0.5.3 and 0.5.10: server_args.py::ServerArgs._handle_gpu_memory_settings, after the 10 GiB floor)
+        # 300 (0.5.3 and 0.5.10: server_args.py::ServerArgs._handle_gpu_memory_settings, before the 10 GiB floor)
         reserved += graph_bs * dp_attention * 3 + (graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0)
+    if mem_mib > 60 * 1024:
+        reserved = max(reserved, 10240)
     return round((mem_mib - reserved) / mem_mib, 3)
 
 

@@ -401,3 +401,20 @@ def test_sglang_dp_attention_reserve_on_an_h100():
     code, out = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang==0.5.3", "-tp", "2", "-dp", "2",
                      "--enable-dp-attention")
     assert code in (0, 1) and out["settings"]["mem_fraction_static"] == 0.814
+
+
+@pytest.mark.parametrize(("model", "args", "fraction"), [
+    # 512 + 1.5 x 8192 + 2 x 256 + 1 / 8 x 1024 = 13,440 MiB, + 58 piecewise sizes up to 8192 x 8 = 464 MiB:
+    # (81,090 - 13,904) / 81,090 = 0.829 (0.835 in 0.5.3-0.5.9)
+    ("llama3.1-8b", ("--gpu", "H100-80GB"), 0.829),
+    # 512 + 12,288 + 2 x 512 + 1,024 = 14,848 MiB, + 1.5 GiB for an MLA model: (143,155 - 16,384) / 143,155 = 0.886
+    ("deepseek-v3", ("--gpu", "H200", "-tp", "8"), 0.886),
+    # Qwen3NextForCausalLM is on SGLang's list of architectures without piecewise graphs: 13,568 MiB alone
+    ("qwen3-next-80b-a3b", ("--gpu", "H100-80GB", "-tp", "2"), 0.833),
+])
+def test_sglang_0_5_10_reserves_piecewise_cuda_graphs(model, args, fraction):
+    """SGLang 0.5.10 turns piecewise CUDA graphs on by default and its default mem_fraction_static holds them back
+    (server_args.py::_handle_gpu_memory_settings, _generate_piecewise_cuda_graph_tokens, _handle_piecewise_cuda_graph,
+    configs/model_config.py::piecewise_cuda_graph_disabled_model_archs)."""
+    _, out = _fit(model, *args, "--engine", "sglang==0.5.10")
+    assert out["settings"]["mem_fraction_static"] == fraction

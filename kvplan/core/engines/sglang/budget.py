@@ -4,7 +4,8 @@ Sources (sgl-project/sglang, python/sglang/srt/; details in docs/engine-research
 - ``server_args.py:_handle_gpu_memory_settings``: by GPU memory (MiB) a chunked-prefill size and a
   CUDA-graph batch size are chosen; reserved = 512 + 1.5 x max(chunk, 2048) + 2 x cuda_graph_max_bs
   + tp x pp / 8 x 1024 MiB, at least 10,240 MiB above 60 GiB; mem_fraction_static =
-  round((memory - reserved) / memory, 3) (0.835 on an H100 at tp 1).
+  round((memory - reserved) / memory, 3) (0.835 on an H100 at tp 1); 0.5.10 adds its piecewise CUDA graphs
+  (``piecewise_reserve_mib``: 0.829 there) and, from 0.4.8, DP attention's gathered buffers.
 - ``model_executor/model_runner_kv_cache_mixin.py``: rest = memory free after loading weights -
   memory free before loading x (1 - mem_fraction_static); max_total_num_tokens = rest // cell_size,
   cell_size = the KV bytes of one token over this rank's attention layers (the MLA latent is not
@@ -50,7 +51,8 @@ def prefill_defaults(memory_bytes: int, tp: int) -> tuple[int, int]:
     return 16384, 512
 
 
-def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attention: int = 0) -> float:
+def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attention: int = 0,
+                                piecewise_mib: float = 0) -> float:
     mem_mib = memory_bytes / MiB
     chunk, graph_bs = prefill_defaults(memory_bytes, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
@@ -58,6 +60,7 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attentio
         # the decode graphs of every attention DP rank gather its tokens: 3 MiB a batch size a rank, 1.5 more above
         # 300 (0.5.3 and 0.5.10: server_args.py::ServerArgs._handle_gpu_memory_settings, before the 10 GiB floor)
         reserved += graph_bs * dp_attention * 3 + (graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0)
+    reserved += piecewise_mib
     if mem_mib > 60 * 1024:
         reserved = max(reserved, 10240)
     return round((mem_mib - reserved) / mem_mib, 3)
@@ -111,7 +114,7 @@ class SGLangBudget(EngineBudget):
 
     def default_utilization(self, req: FitRequest, profile) -> float:
         return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static,
-                                dp_attention=req.dp if req.dp_attention else 0)
+                                dp_attention=req.dp if req.dp_attention else 0, piecewise_mib=piecewise_reserve_mib(req))
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         if req.block_size:
@@ -216,6 +219,35 @@ class SGLangBudget(EngineBudget):
     def concurrency_reason(self, req: FitRequest, max_model_len: int, concurrency: float) -> str:
         return (f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit the token pools; "
                 f"{concurrency:.2f} do")
+
+
+# Architectures whose piecewise CUDA graphs SGLang turns off (0.5.10: configs/model_config.py::
+# piecewise_cuda_graph_disabled_model_archs)
+PIECEWISE_OFF_ARCHS = ("DeepseekV32ForCausalLM", "Qwen3NextForCausalLM", "GlmMoeDsaForCausalLM",
+                       "BailingMoeV2_5ForCausalLM", "LLaDAModelLM")
+
+
+def piecewise_capture_sizes(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures piecewise graphs at (0.5.10: server_args.py::
+    _generate_piecewise_cuda_graph_tokens)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return [s for s in sizes if s <= max_tokens]
+
+
+def piecewise_reserve_mib(req: FitRequest) -> float:
+    """What 0.5.10's default mem_fraction_static holds back for piecewise CUDA graphs (server_args.py::
+    _handle_gpu_memory_settings): 8 MiB a capture size up to chunked_prefill_size, or 1.5 GiB for an MLA model;
+    none where _handle_piecewise_cuda_graph turns them off: DP attention, pp > 1, a multimodal model, a listed
+    architecture (speculative decoding, LoRA, an all-to-all MoE backend and the rest are not modelled)."""
+    spec = req.spec
+    archs = spec.raw_config.get("architectures") or []
+    if req.dp_attention or req.pp > 1 or (spec.arch is not None and spec.arch.tower is not None) or any(
+            a in PIECEWISE_OFF_ARCHS for a in archs):
+        return 0
+    if any(isinstance(x, MLALayer) for x in spec.layers):
+        return 1.5 * 1024
+    return len(piecewise_capture_sizes(prefill_defaults(req.gpu.memory_bytes, req.tp)[0])) * 8
 
 
 def attn_tp(req: FitRequest) -> int:

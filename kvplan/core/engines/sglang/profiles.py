@@ -20,7 +20,7 @@ GiB_MIB = 1024
 @dataclass(frozen=True, kw_only=True)
 class SGLangRules:
     # how the default mem_fraction_static is chosen: by_tp (0.4.0), by_tp_large (0.4.6), v047 (0.4.7),
-    # by_class (0.4.8), reserve (0.5.3)
+    # by_class (0.4.8), reserve (0.5.3), reserve_piecewise (0.5.10: piecewise CUDA graphs on by default)
     default_fraction: str
 
 
@@ -41,8 +41,12 @@ def _profiles() -> tuple[EngineProfile, ...]:
          (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp (0.4.8: {src})",)),
         ("0.5.3", SGLangRules(default_fraction="reserve"),
          (f"reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x "
-          f"1024, at least 10 GiB above 60 GiB; read through {CHECKED_THROUGH} "
-          f"(0.5.3: {src}::_handle_gpu_memory_settings)",)),
+          f"1024, at least 10 GiB above 60 GiB (0.5.3: {src}::_handle_gpu_memory_settings)",)),
+        ("0.5.10", SGLangRules(default_fraction="reserve_piecewise"),
+         (f"piecewise CUDA graphs on by default (opt-in up to 0.5.9): the reserve adds 8 MiB a piecewise capture size "
+          f"up to chunked_prefill_size, 1.5 GiB for an MLA model, unless they are off (DP attention, pp > 1, a "
+          f"multimodal or listed architecture); read through {CHECKED_THROUGH} (0.5.10: "
+          f"{src}::_handle_gpu_memory_settings, _handle_piecewise_cuda_graph)",)),
     ])
 
 
@@ -56,11 +60,12 @@ def _by_tp(tp: int) -> float:
     return 0.88
 
 
-def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int,
-                     reserve_rule: "callable", dp_attention: int = 0) -> float:  # type: ignore[valid-type]
+def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int, reserve_rule: "callable",  # type: ignore[valid-type]
+                     dp_attention: int = 0, piecewise_mib: float = 0) -> float:
     """The default mem_fraction_static of this release for a GPU of ``memory_bytes`` (total, as
     ``get_device_memory_capacity`` reports it); ``dp_attention``: the attention DP size (0: off), whose
-    gathered buffers and graphs the release holds back from 0.4.8 (docs/research/dp-ep-dcp.md 1.4)."""
+    gathered buffers and graphs the release holds back from 0.4.8 (docs/research/dp-ep-dcp.md 1.4);
+    ``piecewise_mib``: the piecewise CUDA graphs' reserve where they run (reserve_piecewise releases)."""
     mem_mib = memory_bytes / MiB
     if rules.default_fraction == "by_tp":
         return _by_tp(tp)
@@ -88,4 +93,5 @@ def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int,
         if dp_attention:  # 0.4.8-0.5.2: 4096 MiB more (server_args.py::ServerArgs.__post_init__)
             reserved += 4096
         return round((mem_mib - reserved) / mem_mib, 3)
-    return reserve_rule(memory_bytes, tp, pp, dp_attention)
+    return reserve_rule(memory_bytes, tp, pp, dp_attention,
+                        piecewise_mib if rules.default_fraction == "reserve_piecewise" else 0)

@@ -126,8 +126,10 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
                           hub=resolved.hub)
     predicted = fit(req)
     notes = [*spec.notes, *(n for n in (dtype_note, profile_note, weights_note) if n)]
-    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}, max_model_len {predicted.max_model_len}, "
-                 f"with the rules of {profile.display} {profile.version}")
+    parallel = "".join(f", {name} {n}" for name, n in (("dp", req.dp), ("dcp", req.dcp)) if n > 1) + (
+        " with expert parallel" if req.expert_parallel else "")
+    notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}{parallel}, max_model_len "
+                 f"{predicted.max_model_len}, with the rules of {profile.display} {profile.version}")
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
                       hub=resolved.hub)
 
@@ -199,7 +201,9 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
 
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
-                      pp=log.pipeline_parallel_size or 1, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                      pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
+                      expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
+                      kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                       gpu_memory_utilization=log.gpu_memory_utilization,
                       max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
                       enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,

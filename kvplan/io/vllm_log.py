@@ -82,6 +82,9 @@ class VLLMLog:
     max_seq_len: int | None = None
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    decode_context_parallel_size: int | None = None
+    enable_expert_parallel: bool | None = None
     kv_cache_dtype: str | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
@@ -129,7 +132,10 @@ def _config_fields(log: VLLMLog, line: str) -> None:
     dtype = grab("dtype")
     log.dtype = dtype.removeprefix("torch.") if dtype else log.dtype
     for key, attr in (("max_seq_len", "max_seq_len"), ("tensor_parallel_size", "tensor_parallel_size"),
-                      ("pipeline_parallel_size", "pipeline_parallel_size"), ("block_size", "block_size")):
+                      ("pipeline_parallel_size", "pipeline_parallel_size"), ("block_size", "block_size"),
+                      # (not data_parallel_size: a dense model's DP rank is an engine of its own, whose line says 1;
+                      # config/parallel.py::ParallelConfig.reconfigure_for_independent_dp_rank, 0.33.0)
+                      ("decode_context_parallel_size", "decode_context_parallel_size")):
         value = grab(key)
         if value and value.isascii() and value.isdigit():
             if len(value) > 12:  # 10^12 tokens / GPUs: beyond any real engine
@@ -152,6 +158,8 @@ _ARG_FIELDS: dict[str, tuple[str, type]] = {
     "kv_cache_dtype": ("kv_cache_dtype", str), "quantization": ("quantization", str),
     "block_size": ("block_size", int), "max_num_batched_tokens": ("max_num_batched_tokens", int),
     "max_num_seqs": ("max_num_seqs", int), "enforce_eager": ("enforce_eager", bool),
+    "data_parallel_size": ("data_parallel_size", int), "enable_expert_parallel": ("enable_expert_parallel", bool),
+    "decode_context_parallel_size": ("decode_context_parallel_size", int),
 }
 # One 'key': value pair of a literal kvplan reads, for a dict that literal_eval refuses as a whole (a value
 # such as KVTransferConfig(...) is not a literal) or a line cut short

@@ -298,3 +298,21 @@ def test_served_log_patterns_parse_long_lines_in_linear_time(tmp_path, repeat):
     text = "INFO " + repeat * (600_000 // len(repeat)) + "\n"
     out = _parse_in_subprocess(text, tmp_path)
     assert out in ("[]", "['args']")
+
+
+def test_data_parallel_flags_come_from_the_arguments_not_one_engines_line():
+    """llm-d-planner's vLLM 0.19.0 start with --data-parallel-size 2 (../shared/vllm-logs, Apache-2.0): the API
+    server's non-default args say 2; each DP rank's engine line says data_parallel_size=1 (a dense model's rank is
+    an engine of its own), so the arguments are read for it, and expert parallelism and DCP with it."""
+    lines = [
+        "INFO 04-22 01:41:28 [entrypoints/utils.py:233] non-default args: {'model_tag': "
+        "'meta-llama/Llama-3.1-8B-Instruct', 'api_server_count': 2, 'model': 'meta-llama/Llama-3.1-8B-Instruct', "
+        "'max_model_len': 8192, 'data_parallel_size': 2, 'gpu_memory_utilization': 0.95, 'enable_expert_parallel': "
+        "True, 'enable_prefix_caching': False}",
+        "(EngineCore_DP0 pid=248) INFO 04-22 01:41:37 [v1/engine/core.py:105] Initializing a V1 LLM engine (v0.19.0) "
+        "with config: model='meta-llama/Llama-3.1-8B-Instruct', tensor_parallel_size=1, pipeline_parallel_size=1, "
+        "data_parallel_size=1, decode_context_parallel_size=1, max_seq_len=8192",
+    ]
+    log = parse_vllm_log("\n".join(lines))
+    assert log.data_parallel_size == 2 and log.enable_expert_parallel is True
+    assert log.decode_context_parallel_size == 1 and log.tensor_parallel_size == 1

@@ -64,14 +64,19 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     max_len = budget.max_model_len or spec.max_model_len
     engine, _ = engine_for(spec, choice.name, profile=choice.profile)
     seq_len = budget.seq_len or max_len
-    dcp = budget.decode_context_parallel_size
-    if (dcp > 1 or budget.data_parallel_size > 1 or budget.enable_expert_parallel) and choice.name not in (
-            "vllm", "sglang") or (dcp > 1 and choice.name != "vllm"):
-        raise InputError(f"budget {budget.name}: data_parallel_size, enable_expert_parallel and "
-                         "decode_context_parallel_size are modelled for vLLM (data parallelism for SGLang too); "
+    dcp, dp = budget.decode_context_parallel_size, budget.data_parallel_size
+    if (dcp > 1 or dp > 1 or budget.enable_expert_parallel) and choice.name not in ("vllm", "sglang") or (
+            dcp > 1 and choice.name != "vllm") or (budget.enable_dp_attention and choice.name != "sglang"):
+        raise InputError(f"budget {budget.name}: data_parallel_size and enable_expert_parallel are modelled for vLLM "
+                         "and SGLang, decode_context_parallel_size for vLLM, enable_dp_attention for SGLang; "
                          f"not for {choice.name}")
     r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
-    per_gpu = -(-r.per_gpu_bytes // dcp)  # each sequence's tokens spread over dcp ranks
+    # one GPU holds its rank's share of the batch (cdiv(batch, dp)), at the attention's tp (tp // dp with SGLang's
+    # DP attention), each sequence's tokens spread over dcp ranks
+    attn = tp // dp if budget.enable_dp_attention and dp > 1 and tp % dp == 0 else tp
+    mine = r if dp == 1 else size_kv(spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len,
+                                     kv_dtype=budget.kv_cache_dtype, tp=attn, pp=pp)
+    per_gpu = -(-mine.per_gpu_bytes // dcp)
     out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes, max_kv_bytes_per_gpu=per_gpu)
     halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
     why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > "
@@ -81,11 +86,15 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
                            f"{seq_len:,} tokens at {_bytes(r.bytes_per_token)} per token ({r.kv_dtype}) with "
                            f"{budget.engine}'s allocation{halves}")
     mla = any(layer.kind.value == "mla" for layer in spec.layers)  # the latent whole on every tp rank
-    fewer = ("more decode_context_parallel_size lowers it (vLLM)" if mla else "more tensor_parallel_size lowers it")
+    fewer = ("more tensor_parallel_size lowers it" if not mla else "more decode_context_parallel_size lowers it"
+             if choice.name == "vllm" else "data_parallel_size with enable_dp_attention lowers it"
+             if choice.name == "sglang" else "fp8 KV lowers it")
+    share = f" ({-(-budget.batch // dp):,} on each of {dp} DP ranks)" if dp > 1 else ""
     why["max_kv_bytes_per_gpu"] = (f"{_bytes(per_gpu)} on one GPU > "
                                    f"{_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
-                                   f"{budget.batch:,} x {seq_len:,} tokens take {_bytes(r.total_bytes)} over "
-                                   f"{r.num_gpus} GPU(s){f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
+                                   f"{budget.batch:,} x {seq_len:,} tokens{share} take {_bytes(r.total_bytes)} "
+                                   f"over {r.num_gpus * (dp if not budget.enable_dp_attention else 1)} GPU(s)"
+                                   f"{f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
 
 
 def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
@@ -127,7 +136,10 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
     why["min_kv_cache_tokens"] = (f"{f.all_kv_cache_tokens:,} KV cache tokens < "
                                   f"{asked.get('min_kv_cache_tokens') or 0:,.0f}: {because}")
     each = f" ({f.max_concurrency:.2f} on each of {dp} ranks)" if dp > 1 else ""
-    need = f" need {want / f.all_concurrency:.2f}x the KV cache" if f.all_concurrency else " do not fit"
+    busiest = -(-int(want) // dp) if dp > 1 else want
+    need = (f" need {busiest / f.max_concurrency:.2f}x the KV cache" + (f" ({busiest} on the busiest rank)"
+                                                                         if dp > 1 else "")
+            if f.max_concurrency else " do not fit")
     why["min_max_concurrency"] = (f"max concurrency {f.all_concurrency:.2f}{each} < {want:g}: {want:g} requests of "
                                   f"{f.max_model_len:,} tokens{need}; {because}")
     why["max_model_len_must_fit"] = (f"max_model_len {f.max_model_len} does not fit: " + (

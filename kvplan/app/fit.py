@@ -4,6 +4,7 @@ does not fit, the single changes that would (what-if) or else the fewest GPUs th
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -161,13 +162,14 @@ def _instead(flags: str, alt, r: FitResult) -> tuple[str, ...]:  # type: ignore[
 
     try:
         a = fit(alt)
-    except KvplanError as exc:
-        return (f"data parallel instead: {flags} would not start ({exc})",)
-    if not a.fits:
-        return (f"data parallel instead: {flags} does not fit ({a.reasons[0]})",)
+    except KvplanError:  # the engine does not take it for this model (a note would only say so)
+        return ()
+    here = math.floor(r.max_concurrency)  # whole requests, as the DP total counts them
+    if not a.fits or a.all_concurrency <= here:
+        return ()  # said only where it holds more
     caveat = f"; {_NOT_MODELLED}" if a.engine == "vllm" else ""
     return (f"data parallel instead: {flags} on the same {r.num_gpus} GPUs gives {a.dp} "
             f"{'groups' if a.dp_attention else 'engines'} of {a.kv_cache_tokens:,} tokens each, "
             f"{a.all_concurrency:.0f} requests of {a.max_model_len:,} tokens at once in all, each on one (here "
-            f"{r.max_concurrency:.2f}), with {a.breakdown.weights / 2**30:.1f} GiB of weights a GPU against "
+            f"{here}), with {a.breakdown.weights / 2**30:.1f} GiB of weights a GPU against "
             f"{r.breakdown.weights / 2**30:.1f}{caveat}",)

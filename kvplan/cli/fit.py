@@ -190,7 +190,8 @@ def fit_json(report: FitReport) -> dict[str, Any]:
     return {
         "model": report.model, "gpu": r.gpu.name, "gpu_memory_bytes": r.gpu.memory_bytes, "engine": r.engine,
         "engine_version": r.engine_version, "tensor_parallel_size": r.tp, "pipeline_parallel_size": r.pp,
-        # vLLM data parallelism: the figures below are one engine's (DP rank); all_ranks sums the dp engines
+        # data parallelism (vLLM engines, SGLang replicas or attention groups): the figures below are one rank's;
+        # all_ranks sums the dp ranks (whole requests a rank)
         "data_parallel_size": r.dp, "expert_parallel_size": r.expert_parallel_size or None, "num_gpus": r.num_gpus,
         "decode_context_parallel_size": r.dcp, "dp_attention": r.dp_attention,
         # every rank: their tokens, and the requests of max_model_len they hold at once (whole ones on each rank)

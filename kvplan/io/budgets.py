@@ -85,10 +85,12 @@ class Budget(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one layer is split over (default 1).")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages (default 1).")
     data_parallel_size: int = Field(1, ge=1, le=64, description=(
-        "vLLM: engines of tp x pp GPUs side by side, each its own KV pool; fit limits count the KV cache tokens "
-        "and the concurrency of all of them (default 1)."))
+        "vLLM and SGLang: engines of tp x pp GPUs side by side, each its own KV pool (with enable_dp_attention: "
+        "SGLang's attention groups inside the tp GPUs); fit limits count the KV cache tokens and the whole "
+        "requests of all of them (default 1)."))
     enable_expert_parallel: bool = Field(False, description=(
-        "vLLM: whole routed experts on each of the data x tensor parallel GPUs (default false)."))
+        "Whole routed experts on each GPU: over data x tensor parallel GPUs in vLLM, over tp in SGLang "
+        "(default false)."))
     enable_dp_attention: bool = Field(False, description=(
         "SGLang: the data_parallel_size ranks are attention groups inside the tensor-parallel GPUs (default false)."))
     decode_context_parallel_size: int = Field(1, ge=1, le=64, description=(

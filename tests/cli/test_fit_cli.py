@@ -418,3 +418,35 @@ def test_sglang_0_5_10_reserves_piecewise_cuda_graphs(model, args, fraction):
     configs/model_config.py::piecewise_cuda_graph_disabled_model_archs)."""
     _, out = _fit(model, *args, "--engine", "sglang==0.5.10")
     assert out["settings"]["mem_fraction_static"] == fraction
+
+
+def test_sglang_dp_attention_splits_gqa_heads_over_the_attention_tp():
+    """Qwen3-30B-A3B's 4 KV heads: at tp 4 one a GPU (48 layers x K and V x 128 x 2 B = 24,576 B a token); with 2
+    attention groups of tp 2, two a GPU: 49,152 B (model_runner_kv_cache_mixin.py: get_num_kv_heads(attn_tp))."""
+    _, tp4 = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang", "-tp", "4")
+    _, dp2 = _fit("qwen3-30b-a3b", "--gpu", "H100-80GB", "--engine", "sglang", "-tp", "4", "-dp", "2",
+                  "--enable-dp-attention")
+    assert tp4["page_size_bytes"] == 24_576 and dp2["page_size_bytes"] == 49_152
+
+
+@pytest.mark.parametrize(("args", "fraction"), [
+    # by class above 90 GiB: (12 + 8 / 2) GiB reserved, and 4096 MiB more for DP attention (0.4.8-0.5.2):
+    # (143,155 - 20,480) / 143,155 = 0.857; without it 0.886
+    (("--engine", "sglang==0.4.8", "-tp", "8", "-dp", "8", "--enable-dp-attention"), 0.857),
+    (("--engine", "sglang==0.4.8", "-tp", "8"), 0.886),
+    # 0.5.10 turns piecewise graphs off under DP attention: the 0.5.3 reserve alone
+    (("--engine", "sglang==0.5.10", "-tp", "8", "-dp", "8", "--enable-dp-attention"), 0.768),
+])
+def test_sglang_dp_attention_reserve_by_release(args, fraction):
+    _, out = _fit("deepseek-v3", "--gpu", "H200", *args)
+    assert out["settings"]["mem_fraction_static"] == fraction
+
+
+@pytest.mark.parametrize(("model", "args", "fraction"), [
+    ("gemma3-27b", (), 0.829),  # Gemma3ForConditionalGeneration: SGLang leaves its multimodal side off by default
+    ("gemma3n-e4b", (), 0.834),  # a text and a vision sub-config: multimodal, no piecewise graphs
+    ("llama3.1-8b", ("-pp", "2"), 0.833),  # pipeline parallel: none either (512 + 12,288 + 512 + 256 MiB)
+])
+def test_sglang_0_5_10_piecewise_graphs_off_where_sglang_turns_them_off(model, args, fraction):
+    _, out = _fit(model, "--gpu", "H100-80GB", "--engine", "sglang==0.5.10", *args)
+    assert out["settings"]["mem_fraction_static"] == fraction

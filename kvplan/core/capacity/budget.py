@@ -222,8 +222,14 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
     concurrency = cap.max_concurrency
     # --concurrency counts requests over every DP rank, each held by one: cdiv(c, dp) on the busiest rank
     if cap.check_concurrency and req.concurrency and concurrency < -(-req.concurrency // req.dp) and not reasons:
-        total = concurrency if req.dp == 1 else req.dp * math.floor(concurrency)
-        reasons.append(budget.concurrency_reason(req, cap.max_model_len, total))
+        if req.dp == 1:
+            reasons.append(budget.concurrency_reason(req, cap.max_model_len, concurrency))
+        else:
+            busiest = -(-req.concurrency // req.dp)
+            reasons.append(f"{req.concurrency} concurrent requests of {cap.max_model_len:,} tokens over {req.dp} DP "
+                           f"ranks put {busiest} on the busiest, which needs {busiest / max(concurrency, 1e-9):.2f}x "
+                           f"its KV cache; {math.floor(concurrency)} fit a rank, {req.dp * math.floor(concurrency)} "
+                           "in all")
     c = cap.stage.components
     unused = cap.unused
     if unused is None:

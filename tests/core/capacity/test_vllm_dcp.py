@@ -69,8 +69,9 @@ def test_deepseek_v3_at_tp_8_dcp_8_holds_each_token_once(version, rule):
     (("gemma3-27b", "--gpu", "H100-80GB", "-tp", "2", "-dcp", "2"), "full attention and MLA only"),
     (("deepseek-v3", "--gpu", "H200", "-tp", "8", "-dcp", "2", "--engine", "sglang"), "modelled for vLLM"),
     # vllm#34795: 'DCP not support fp8 kvcache now'; vllm#46178: FlashMLA-sparse returns no decode LSE
-    (("deepseek-v3", "--gpu", "H200", "-tp", "8", "-dcp", "8", "--kv-cache-dtype", "fp8"), "fp8 KV cache"),
-    (("deepseek-v3.2", "--gpu", "H200", "-tp", "8", "-dcp", "2"), "sparse-MLA backend"),
+    (("deepseek-v3", "--gpu", "H200", "-tp", "8", "-dcp", "8", "--kv-cache-dtype", "fp8", "--engine", "vllm==0.20.0"),
+     "fp8 KV cache"),
+    (("deepseek-v3.2", "--gpu", "H200", "-tp", "8", "-dcp", "2", "--engine", "vllm==0.29.0"), "sparse-MLA backend"),
     (("qwen3-32b", "--gpu", "H100-80GB", "-tp", "8", "-dcp", "2"), "use -tp 16 or more with -dcp 2"),
 ])
 def test_decode_context_parallelism_is_refused_where_vllm_refuses_it(args, says):
@@ -84,3 +85,10 @@ def test_gqa_decode_context_parallelism_where_tp_exceeds_the_kv_heads():
     _, tp8 = _fit(*base)
     _, dcp2 = _fit(*base, "-dcp", "2")
     assert dcp2["num_blocks"] == tp8["num_blocks"] and dcp2["kv_cache_tokens"] == 2 * tp8["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize("args", [("deepseek-v3", "--kv-cache-dtype", "fp8"), ("deepseek-v3.2",)])
+def test_the_newest_rules_run_dcp_with_fp8_mla_and_sparse_mla(args):
+    """vLLM 0.33.0 runs both (mla_attention.py::MLADCPManager; flashmla_sparse.py's fp8_ds_mla path)."""
+    code, out = _fit(*args, "--gpu", "H200", "-tp", "8", "-dcp", "2")
+    assert code in (0, 1) and out["decode_context_parallel_size"] == 2

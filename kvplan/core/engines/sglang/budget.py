@@ -30,6 +30,7 @@ from kvplan.core.engines import engine_for, get_engine
 from kvplan.core.engines.sglang.pages import allocated_layers
 from kvplan.core.engines.sglang.profiles import default_fraction
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
+from kvplan.errors import InputError
 
 MiB = 1 << 20
 SWA_FULL_TOKENS_RATIO = 0.8
@@ -117,6 +118,12 @@ class SGLangBudget(EngineBudget):
                                 dp_attention=req.dp if req.dp_attention else 0, piecewise_mib=piecewise_reserve_mib(req))
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
+        arch = (req.spec.raw_config.get("architectures") or ["?"])[0]
+        if req.dp_attention and arch not in DP_ATTENTION_ARCHS:
+            raise InputError(f"{req.spec.name}: SGLang's {arch} splits attention over the whole tp, not the "
+                             "attention-TP group (--enable-dp-attention is for the models whose attention calls "
+                             "get_attention_tp_size: DeepSeek, Qwen2/3-MoE, GLM-4-MoE, gpt-oss, ...); use -dp alone "
+                             "for replicas")
         if req.block_size:
             return get_engine("sglang", block_size=req.block_size), []
         engine, note = engine_for(req.spec, "sglang")  # NSA (sparse-attention) models: 64-token pages
@@ -148,7 +155,8 @@ class SGLangBudget(EngineBudget):
                         if not (isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING))
         swa_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in layers
                        if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING)
-        mamba_per_req = sum(eng.linear_state_bytes(x, req.spec.dtype, req.tp)[0] for x in layers if isinstance(x, LinearLayer))
+        # the Mamba state at the attention tp too (configs/qwen3_next.py: tp_world_size=get_attention_tp_size())
+        mamba_per_req = sum(eng.linear_state_bytes(x, req.spec.dtype, tp)[0] for x in layers if isinstance(x, LinearLayer))
         kv_rest = rest
         mamba_slots = None
         if mamba_per_req and rest > 0:
@@ -221,6 +229,39 @@ class SGLangBudget(EngineBudget):
                 f"{concurrency:.2f} do")
 
 
+# SGLang's multimodal architectures (0.5.10: configs/model_config.py::multimodal_model_archs), and those whose
+# multimodal side it leaves off unless --enable-multimodal (ModelConfig.__init__, mm_disabled_models)
+MULTIMODAL_ARCHS = frozenset((
+    "CLIPModel", "DeepseekVL2ForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration", "Gemma3ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration", "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+    "GlmOcrForConditionalGeneration", "GlmAsrForConditionalGeneration", "Grok1VForCausalLM", "Grok1AForCausalLM",
+    "LlavaLlamaForCausalLM", "Llama4ForConditionalGeneration", "LlavaMistralForCausalLM", "LlavaQwenForCausalLM",
+    "LlavaForConditionalGeneration", "LlavaVidForCausalLM", "Lfm2VlForConditionalGeneration",
+    "LightOnOCRForConditionalGeneration", "MiniCPMO", "MiniCPMV", "Mistral3ForConditionalGeneration",
+    "MultiModalityCausalLM", "MllamaForConditionalGeneration", "NemotronH_Nano_VL_V2", "PixtralForConditionalGeneration",
+    "Qwen2AudioForConditionalGeneration", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen3OmniMoeForConditionalGeneration", "KimiVLForConditionalGeneration",
+    "InternVLChatModel", "InternS1ForConditionalGeneration", "InternS1ProForConditionalGeneration", "Phi4MMForCausalLM",
+    "WhisperForConditionalGeneration", "Step3VLForConditionalGeneration", "POINTSV15ChatModel", "DotsVLMForCausalLM",
+    "DotsOCRForCausalLM", "Sarashina2VisionForCausalLM", "NVILAForConditionalGeneration",
+    "NVILALiteForConditionalGeneration", "DeepseekOCRForCausalLM", "JetVLMForConditionalGeneration",
+    "PaddleOCRVLForConditionalGeneration", "MiDashengLMModel", "StepVLForConditionalGeneration",
+    "KimiK25ForConditionalGeneration"))
+MULTIMODAL_OFF_BY_DEFAULT = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                             "Step3VLForConditionalGeneration")
+
+
+def sglang_multimodal(raw_config: dict) -> bool:
+    """SGLang's ModelConfig.is_multimodal with its defaults (0.5.10): a listed architecture, or a config with a text,
+    vision or audio sub-config; never for the architectures whose multimodal side is off by default."""
+    archs = raw_config.get("architectures") or [""]
+    if archs[0] in MULTIMODAL_OFF_BY_DEFAULT:
+        return False
+    return (any(a in MULTIMODAL_ARCHS for a in archs)
+            or any(k in raw_config for k in ("text_config", "vision_config", "audio_config")))
+
+
 # Architectures whose piecewise CUDA graphs SGLang turns off (0.5.10: configs/model_config.py::
 # piecewise_cuda_graph_disabled_model_archs)
 PIECEWISE_OFF_ARCHS = ("DeepseekV32ForCausalLM", "Qwen3NextForCausalLM", "GlmMoeDsaForCausalLM",
@@ -238,16 +279,33 @@ def piecewise_capture_sizes(max_tokens: int) -> list[int]:
 def piecewise_reserve_mib(req: FitRequest) -> float:
     """What 0.5.10's default mem_fraction_static holds back for piecewise CUDA graphs (server_args.py::
     _handle_gpu_memory_settings): 8 MiB a capture size up to chunked_prefill_size, or 1.5 GiB for an MLA model;
-    none where _handle_piecewise_cuda_graph turns them off: DP attention, pp > 1, a multimodal model, a listed
-    architecture (speculative decoding, LoRA, an all-to-all MoE backend and the rest are not modelled)."""
+    none where _handle_piecewise_cuda_graph turns them off: DP attention, pp > 1, a multimodal model as SGLang
+    reads it (sglang_multimodal), a listed architecture (speculative decoding, LoRA, an all-to-all MoE backend and
+    the rest are not modelled). The sizes go up to chunked_prefill_size (--max-num-batched-tokens, else the default)."""
     spec = req.spec
     archs = spec.raw_config.get("architectures") or []
-    if req.dp_attention or req.pp > 1 or (spec.arch is not None and spec.arch.tower is not None) or any(
+    if req.dp_attention or req.pp > 1 or sglang_multimodal(spec.raw_config) or any(
             a in PIECEWISE_OFF_ARCHS for a in archs):
         return 0
     if any(isinstance(x, MLALayer) for x in spec.layers):
         return 1.5 * 1024
-    return len(piecewise_capture_sizes(prefill_defaults(req.gpu.memory_bytes, req.tp)[0])) * 8
+    chunk = req.max_num_batched_tokens or prefill_defaults(req.gpu.memory_bytes, req.tp)[0]
+    return len(piecewise_capture_sizes(chunk)) * 8
+
+
+# The architectures whose SGLang model splits attention over the attention-TP group (get_attention_tp_size), which
+# DP attention needs: the EntryClass of every 0.5.10 model file that calls it, and Kimi-K2.5 (a DeepseekV3ForCausalLM
+# inside, models/kimi_k25.py); the others split attention over the whole tp (models/llama.py, mixtral.py)
+DP_ATTENTION_ARCHS = frozenset((
+    "BailingMoEForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Exaone4ForCausalLM",
+    "ExaoneMoEForCausalLM", "FalconH1ForCausalLM", "Glm4MoeForCausalLM", "GlmMoeDsaForCausalLM",
+    "Glm4MoeLiteForCausalLM", "GptOssForCausalLM", "InternS1ProForConditionalGeneration", "KimiLinearForCausalLM",
+    "LLaDA2MoeModelLM", "Llama4ForCausalLM", "LongcatFlashForCausalLM", "MiMoV2FlashForCausalLM", "PhiMoEForCausalLM",
+    "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration", "SarvamMLAForCausalLM",
+    "SarvamMoEForCausalLM", "SDARForCausalLM", "SDARMoeForCausalLM", "Step3VLForConditionalGeneration",
+    "Step3p5ForCausalLM", "KimiK25ForConditionalGeneration"))
 
 
 def attn_tp(req: FitRequest) -> int:

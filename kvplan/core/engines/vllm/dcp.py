@@ -45,15 +45,18 @@ def check_dcp(spec: ModelSpec, rules: VLLMRules, version: str, *, tp: int, dcp: 
         raise ConfigError(f"vLLM {version} shards MLA models only with --decode-context-parallel-size; GQA from "
                           "0.11.1: pin --engine vllm==0.11.1 or later")
     if kinds == {LayerKind.MLA}:
+        if rules.dcp_fp8_and_sparse_mla:
+            return
         if any(isinstance(layer, MLALayer) and layer.indexer_head_dim for layer in spec.layers):
             # FlashMLA-sparse returns no softmax LSE for decode, which DCP merges ranks with (vllm#46178, #46145)
-            raise ConfigError(f"{spec.name}: vLLM's sparse-MLA backend does not run decode context parallelism (it "
-                              "returns no softmax LSE to merge the ranks with: vllm#46178); use -dcp 1")
+            raise ConfigError(f"{spec.name}: vLLM {version}'s sparse-MLA backend does not run decode context "
+                              "parallelism (it returns no softmax LSE to merge the ranks with: vllm#46178); use -dcp 1 "
+                              "or a release that runs it (0.33.0 does)")
         if kv_dtype.startswith("fp8"):
             # "DCP not support fp8 kvcache now." (vllm#34795, #40609: MLA backends assert it)
-            raise ConfigError(f"{spec.name}: vLLM's MLA backends refuse an fp8 KV cache with decode context "
-                              "parallelism ('DCP not support fp8 kvcache now', vllm#34795); use --kv-cache-dtype "
-                              "auto or -dcp 1")
+            raise ConfigError(f"{spec.name}: vLLM {version}'s MLA backends refuse an fp8 KV cache with decode "
+                              "context parallelism ('DCP not support fp8 kvcache now', vllm#34795); use "
+                              "--kv-cache-dtype auto, -dcp 1, or a release that runs it (0.33.0 does)")
         return
     kv = max(layer.num_kv_heads for layer in spec.layers if isinstance(layer, AttentionLayer))
     q = spec.num_attention_heads

@@ -308,8 +308,11 @@ _table.at("0.29.0", ("the fit check and the max-model-len search leave one block
           null_block_in_fit=True, page_padding="non_mla", scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
           model_runner="v2", v2_architectures=())
 _table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
-                     "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",),
-          scheduler=_table.sched("0.31.0", threshold_needs_company=True))
+                     "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",
+                     "decode context parallelism runs with an fp8 MLA cache and on sparse MLA (read in 0.33.0: "
+                     "vllm/model_executor/layers/attention/mla_attention.py::MLADCPManager, "
+                     "vllm/v1/attention/backends/mla/flashmla_sparse.py; refused through 0.20.0)"),
+          scheduler=_table.sched("0.31.0", threshold_needs_company=True), dcp_fp8_and_sparse_mla=True)
 
 
 VLLM_PROFILES: tuple[EngineProfile, ...] = chain("vllm", "vLLM", _table.entries)

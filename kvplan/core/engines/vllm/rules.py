@@ -206,6 +206,10 @@ class VLLMRules:
     bitsandbytes: Bitsandbytes = Bitsandbytes.NESTED_KEPT
     skips_unused_tower: bool = False  # a vision tower whose every modality is limited to 0 is not built (0.16.0)
     dcp: DecodeContextParallel = DecodeContextParallel.NONE  # --decode-context-parallel-size (0.10.2)
+    # DCP with an fp8 MLA cache and with sparse MLA: refused ('DCP not support fp8 kvcache now', read in 0.10.2 to
+    # 0.20.0; FlashMLA-sparse without decode LSE), both run in 0.33.0 (layers/attention/mla_attention.py::
+    # MLADCPManager, v1/attention/backends/mla/flashmla_sparse.py); releases between were not read
+    dcp_fp8_and_sparse_mla: bool = False
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it

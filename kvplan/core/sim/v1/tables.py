@@ -14,13 +14,55 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Generic, TypeVar, overload
 
 from kvplan.core.sim.v1.inputs import Segment, V1Request
 from kvplan.core.sim.v1.result import RequestRecord
 
 
-class RequestTable(Sequence[V1Request]):
+T = TypeVar("T")
+
+
+class _Rows(Sequence[T], Generic[T]):
+    """Rows read back one value each (``_row``): indices and slices as a tuple takes them, and equality with any
+    sequence of the same values (``_same``: with one of its own kind, compared column by column)."""
+
+    __slots__ = ()
+
+    def _row(self, i: int) -> T:
+        raise NotImplementedError
+
+    def _same(self, other: _Rows) -> bool:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [self._row(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self._row(i)
+
+    def __iter__(self) -> Iterator[T]:
+        return (self._row(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is type(self):
+            return self._same(other)  # type: ignore[arg-type]
+        if isinstance(other, Sequence):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class RequestTable(_Rows[V1Request]):
     """Requests appended in order (``append``), read back as V1Request values."""
 
     __slots__ = ("_arrival", "_len", "_out_len", "_out_seg", "_seg", "_start")
@@ -45,34 +87,14 @@ class RequestTable(Sequence[V1Request]):
     def __len__(self) -> int:
         return len(self._arrival)
 
-    @overload
-    def __getitem__(self, i: int) -> V1Request: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[V1Request]: ...
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self._arrival)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
+    def _row(self, i: int) -> V1Request:
         a, b = self._start[i], self._start[i + 1]
         prompt = tuple(zip(self._seg[a:b], self._len[a:b]))
         return V1Request(id=str(i), prompt=prompt, output=(self._out_seg[i], self._out_len[i]),
                          arrival_ps=self._arrival[i])
 
-    def __iter__(self) -> Iterator[V1Request]:
-        return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RequestTable):
-            return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
-        if isinstance(other, Sequence):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+    def _same(self, other: RequestTable) -> bool:  # type: ignore[override]
+        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
 
     def columns(self) -> Columns:
         starts = self._start
@@ -141,7 +163,7 @@ FIELDS = ("arrival_step", "first_scheduled_step", "first_token_step", "finish_st
           "cached_tokens", "cpu_tokens", "arrival_ps", "first_scheduled_ps", "first_token_ps", "finish_ps")
 
 
-class RequestRecords(Sequence[RequestRecord]):
+class RequestRecords(_Rows[RequestRecord]):
     """Each request's record (RequestRecord) as it finished, in request order; ``write`` takes a finished
     ReqState (kvplan.core.sim.v1.state), ``column`` one figure of every request."""
 
@@ -171,18 +193,7 @@ class RequestRecords(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return len(self._cols["finish_step"])
 
-    @overload
-    def __getitem__(self, i: int) -> RequestRecord: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[RequestRecord]: ...
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
+    def _row(self, i: int) -> RequestRecord:
         c = self._cols
         arrival, timed = c["arrival_ps"][i], self._timed
         return RequestRecord(
@@ -194,18 +205,9 @@ class RequestRecords(Sequence[RequestRecord]):
             ttft_s=(c["first_token_ps"][i] - arrival) / 1e12 if timed else None,
             e2e_s=(c["finish_ps"][i] - arrival) / 1e12 if timed else None)
 
-    def __iter__(self) -> Iterator[RequestRecord]:
-        return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RequestRecords):
-            return self._timed == other._timed and self._cols == other._cols and list(self._id_list()) == list(
-                other._id_list())
-        if isinstance(other, Sequence):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+    def _same(self, other: RequestRecords) -> bool:  # type: ignore[override]
+        return self._timed == other._timed and self._cols == other._cols and list(self._id_list()) == list(
+            other._id_list())
 
     def _id_list(self) -> Sequence[str]:
         return self._ids if self._ids is not None else [str(i) for i in range(len(self))]

@@ -205,6 +205,24 @@ def validation_cpu() -> str:
             f"({len(weights)} cases, {len({c['model'] for c in cases})} models).")
 
 
+def validation_gpu() -> str:
+    """The newest GPU report in docs/validation/gpu/ (named <gpu>-<date>.json)."""
+    reports = sorted((ROOT / "docs" / "validation" / "gpu").glob("*-*.json"), key=lambda p: p.stem.split("-", 1)[1])
+    if not reports:
+        raise SystemExit("no GPU validation report in docs/validation/gpu/")
+    report = json.loads(reports[-1].read_text(encoding="utf-8"))
+    cases = [c for c in report["cases"] if not c["scaled"] and not c.get("missing")]
+    kv = [c for c in cases if c["component"] == "kv_cache"]
+    prefill = [c for c in cases if c["component"] == "prefill_peak"]
+    in_band = sum(abs(c["error_bytes"]) <= c["band_bytes"] for c in prefill)
+    device = report["device"]
+    return (f"**On a GPU ({device['name']}, torch {device['torch']}, transformers {device['transformers']}: "
+            f"[docs/validation/gpu/](docs/validation/gpu/README.md))**:\nthe KV cache of a real `generate()`, read "
+            f"from the caching allocator, exact to the byte in {sum(c['error_bytes'] == 0 for c in kv)} of {len(kv)} "
+            f"cases ({len({c['model'] for c in kv})} models, one of each attention family); prefill peaks inside the "
+            f"activation band in {in_band} of {len(prefill)}.")
+
+
 def engine_profiles() -> str:
     """docs/engines.md's profile tables, from the registry itself (kvplan engines --json)."""
     data = kvplan_json("engines")["engines"]
@@ -240,6 +258,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "gpt3-misprint": gpt3_misprint,
     "explain-accuracy": explain_accuracy,
     "validation-cpu": validation_cpu,
+    "validation-gpu": validation_gpu,
     "simulate-paper": simulate_paper,
 }
 def timings_simulate() -> str:

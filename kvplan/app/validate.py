@@ -24,7 +24,7 @@ class ValidateReport:
 
     @property
     def failed(self) -> tuple[ComponentResult, ...]:
-        return tuple(r for r in self.results if abs(r.error_frac) > self.tolerance)
+        return tuple(r for r in self.results if not r.passes(self.tolerance))
 
 
 def validate_models(model: str | None = None, *, batch: int = 1, seq_len: int = 64, prompt_len: int | None = None,

@@ -86,7 +86,16 @@ def _render(done: ValidateReport) -> None:
                 table.add_section()
             heading = case
             table.add_row(Text(case, style="bold"))
-        table.add_row(Text(f"  {r.component}"), str(r.layers), format_bytes(r.predicted_bytes),
-                      format_bytes(r.measured_bytes), f"{100 * r.error_frac:+.2f}%",
-                      "scaled" if r.scaled else ("[red]FAIL[/]" if abs(r.error_frac) > done.tolerance else ""))
+        part = f"  {r.component}" + (f" {r.tokens // 1024}k" if r.tokens and r.tokens % 1024 == 0 else
+                                      f" {r.tokens}" if r.tokens else "")
+        if r.missing:
+            table.add_row(Text(part), str(r.layers), "", "", "", "not measured")
+            continue
+        verdict = "scaled" if r.scaled else ("[red]FAIL[/]" if not r.passes(done.tolerance) else
+                                             "estimate" if r.band_bytes else "")
+        table.add_row(Text(part), str(r.layers), format_bytes(r.predicted_bytes), format_bytes(r.measured_bytes),
+                      f"{100 * r.error_frac:+.2f}%", verdict)
     print_table(console, table)
+    for r in done.results:
+        if r.missing:
+            console.print(f"{r.model} {r.component}: not measured: {r.missing}")

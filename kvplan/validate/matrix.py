@@ -24,6 +24,22 @@ class MatrixCase(BaseModel):
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     layers: int | None = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # CUDA: the prompt lengths whose batch-1 prefill peak is measured (2k as --seq-len reads it)
+    prefill_tokens: list[int] = Field(default_factory=lambda: list(Case.prefill_tokens), max_length=8)
+
+    @field_validator("prefill_tokens", mode="before")
+    @classmethod
+    def _lengths(cls, value: object) -> object:
+        if isinstance(value, list):
+            return [length_before(v, "prefill_tokens") for v in value]
+        return value
+
+    @field_validator("prefill_tokens")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(v < 1 for v in value):
+            raise ValueError("prefill_tokens must be positive token counts")
+        return value
 
     @field_validator("seq_len", "prompt_len", mode="before")
     @classmethod
@@ -48,14 +64,19 @@ def load_matrix(path: Path) -> list[Case]:
         if ref.startswith((".", "/")) or ref.endswith((".json", ".yaml")):
             ref = str((path.parent / ref) if not Path(ref).is_absolute() else Path(ref))
         out.append(Case(model=ref, batch=c.batch, seq_len=c.seq_len, prompt_len=c.prompt_len, dtype=c.dtype,
-                        layers=c.layers, device=c.device))
+                        layers=c.layers, device=c.device, prefill_tokens=tuple(c.prefill_tokens)))
     return out
 
 
 def result_dict(r: ComponentResult) -> dict:
+    """A part's row: measured, error and prediction null where it could not be measured (``missing`` says why)."""
+    measured = not r.missing
     return {"model": r.model, "batch": r.batch, "seq_len": r.seq_len, "dtype": r.dtype, "component": r.component,
-            "predicted_bytes": r.predicted_bytes, "measured_bytes": r.measured_bytes, "error_bytes": r.error_bytes,
-            "error_frac": r.error_frac, "scaled": r.scaled, "layers": r.layers, "device": r.device, "note": r.note}
+            "predicted_bytes": r.predicted_bytes if measured else None,
+            "measured_bytes": r.measured_bytes if measured else None,
+            "error_bytes": r.error_bytes if measured else None, "error_frac": r.error_frac if measured else None,
+            "band_bytes": r.band_bytes, "tokens": r.tokens, "scaled": r.scaled, "layers": r.layers,
+            "device": r.device, "note": r.note, "missing": r.missing or None}
 
 
 def write_report(directory: Path, device: dict, results: list[ComponentResult], tolerance: float) -> Path:
@@ -68,15 +89,24 @@ def write_report(directory: Path, device: dict, results: list[ComponentResult], 
         + (f", CUDA {device['cuda']}" if device.get("cuda") else "")
         + f"; torch {device.get('torch')}, transformers {device.get('transformers')}.", "",
         "Predicted: kvplan's `hf` engine (KV cache), parameter count x dtype (weights), weights + KV + activation "
-        "estimate (peak, CUDA only). Measured: the cache's tensor storages and the parameters' storages; on CUDA "
-        "`torch.cuda.max_memory_allocated` for the peak. *scaled*: whole-model figures from a run with fewer layers.",
+        "estimate (peak and prefill_peak, CUDA only), vLLM's per-size CUDA-graph estimate (graph_pool, CUDA only). "
+        "Measured on CPU: the cache's and the parameters' tensor storages. On CUDA, from torch's caching allocator "
+        "around transformers' own calls: what building the model and the cache of a real `generate()` hold "
+        "(the bytes their tensors asked for: `requested_bytes` deltas), the peak of a batch-1 prefill (`max_memory_allocated`), the pool a captured "
+        "decode step reserves (`memory_reserved`). *band*: an estimate's stated error band (a figure kvplan claims "
+        "has none and is held to the tolerance). *scaled*: whole-model figures from a run with fewer layers.",
         "",
-        "| model | batch | seq_len | dtype | layers | component | predicted | measured | error | scaled |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | batch | seq_len | dtype | layers | component | predicted | measured | error | band | scaled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        lines.append(f"| {r.model} | {r.batch} | {r.seq_len} | {r.dtype} | {r.layers} | {r.component} | "
-                     f"{r.predicted_bytes:,} | {r.measured_bytes:,} | {100 * r.error_frac:+.2f}% | "
+        part = r.component + (f" ({r.tokens} tokens)" if r.tokens else "")
+        head = f"| {r.model} | {r.batch} | {r.seq_len} | {r.dtype} | {r.layers} | {part} | "
+        if r.missing:
+            lines.append(head + f"not measured: {r.missing} | | | | |")
+            continue
+        band = f"±{r.band_bytes:,}" if r.band_bytes else ""
+        lines.append(head + f"{r.predicted_bytes:,} | {r.measured_bytes:,} | {100 * r.error_frac:+.2f}% | {band} | "
                      f"{'yes' if r.scaled else ''} |")
     path = directory / "validation.md"
     path.write_text("\n".join(lines) + "\n")

@@ -15,11 +15,12 @@ import copy
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.core.units import GiB
-from kvplan.core.capacity.estimates import ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN
+from kvplan.core.capacity.estimates import (ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN, ACTIVATION_ERROR_FRAC,
+                                            CUDA_GRAPH_ERROR_FRAC, cuda_graph_bytes)
 from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.sizing import size_kv
@@ -44,6 +45,9 @@ class Case:
     dtype: str = "auto"
     layers: int | None = None
     device: str = "auto"
+    # CUDA only: the prompt lengths (batch 1) whose prefill peak is measured; the decode step's graph pool is
+    # captured at the case's batch
+    prefill_tokens: tuple[int, ...] = (512, 2048)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,13 +56,25 @@ class ComponentResult:
     batch: int
     seq_len: int
     dtype: str
-    component: str  # kv_cache, weights, peak
+    component: str  # kv_cache, weights, peak; on CUDA also prefill_peak (one per token count) and graph_pool
     predicted_bytes: int
     measured_bytes: int
     scaled: bool
     layers: int
     device: str
     note: str = ""
+    band_bytes: int = 0  # an estimate's stated error band (0: a figure kvplan claims, held to the tolerance)
+    tokens: int | None = None  # prefill_peak: the prompt tokens of that forward
+    missing: str = ""  # why this part could not be measured (then no measured figure: the bytes are 0)
+
+    def passes(self, tolerance: float) -> bool:
+        """Within the tolerance (a figure kvplan claims) or within its band (an estimate); a part that could not be
+        measured is reported, not failed."""
+        if self.missing:
+            return True
+        if self.band_bytes:
+            return abs(self.error_bytes) <= self.band_bytes
+        return abs(self.error_frac) <= tolerance
 
     @property
     def error_bytes(self) -> int:
@@ -215,13 +231,35 @@ def _weights_bytes(model: Any) -> int:
     return total
 
 
-def hf_activation_estimate(spec: ModelSpec, *, batch: int, prompt_len: int, act_bytes: int) -> int:
-    """Transient memory of a transformers prefill: the forward activations (kvplan's calibrated
-    estimate) plus the logits of every prompt position (``logits_to_keep=0``) and their fp32 copy."""
+# transformers' configs whose final_logit_softcapping defaults to a value when config.json omits it (transformers
+# 5.24 models/gemma2/configuration_gemma2.py: 30.0; Gemma 3's default is None).
+_SOFTCAP_BY_DEFAULT = frozenset({"gemma2"})
+
+
+def _logit_copies(spec: ModelSpec) -> int:
+    """Logits tensors alive at once after the LM head: two where the model caps them (Gemma 2's forward divides,
+    takes tanh and multiplies, each a new tensor made while the last is held: modeling_gemma2.py), else one."""
+    raw = spec.raw_config
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    cap = text.get("final_logit_softcapping", 30.0 if text.get("model_type", raw.get("model_type")) in
+                   _SOFTCAP_BY_DEFAULT else None)
+    return 2 if cap else 1
+
+
+def hf_activation_estimate(spec: ModelSpec, *, batch: int, prompt_len: int, act_bytes: int,
+                           every_position: bool = False) -> int:
+    """Transient memory of a transformers prefill beside its weights and cache. ``generate()`` asks for the last
+    position's logits alone (``logits_to_keep=1``: transformers 5.24 generation/utils.py, where the model's forward
+    takes it) and copies them to float32 to pick the next token: kvplan's calibrated forward activations plus those.
+    A plain forward (``every_position``) returns every position's logits in the model's dtype (modeling_llama.py's
+    ``LlamaForCausalLM.forward``: no float32 copy without labels), made after the last layer has freed its
+    activations: its peak is the larger of the forward's and the logits' with the final hidden states."""
     vocab = spec.arch.vocab_size if spec.arch else 0
     tokens = batch * prompt_len
-    fp32 = get_dtype("fp32").vector_bytes(1)
-    return tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2 + tokens * vocab * (act_bytes + fp32)
+    forward = tokens * spec.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_PER_TOKEN * act_bytes // 2
+    if every_position:
+        return max(forward, tokens * (vocab * _logit_copies(spec) + spec.hidden_size) * act_bytes)
+    return forward + batch * vocab * (act_bytes + get_dtype("fp32").vector_bytes(1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,15 +282,16 @@ def _run_settings(case: Case, spec: ModelSpec) -> _RunSettings:
     return _RunSettings(device=device, dtype=dtype, prompt_len=prompt_len)
 
 
-def _build(spec: ModelSpec, raw: dict[str, Any], torch_dtype: str) -> Any:
-    """The model of ``raw`` in ``torch_dtype``, built without random init; what it cannot import is an InputError."""
+def _build(spec: ModelSpec, raw: dict[str, Any], torch_dtype: str, device: str = "cpu") -> Any:
+    """The model of ``raw`` in ``torch_dtype`` on ``device``, built without random init; what it cannot import is an
+    InputError."""
     from kvplan.validate.hf_cache import build_model
 
     cfg = dict(raw)
     cfg["torch_dtype"] = torch_dtype
     try:
         with _no_random_init():
-            return _tied_and_zeroed(build_model(cfg, dtype=torch_dtype))
+            return _tied_and_zeroed(build_model(cfg, dtype=torch_dtype, device=device))
     except ImportError as exc:  # e.g. Gemma 3n's vision tower needs timm
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), exc.__class__.__name__)
         first = first.split(". ")[0].rstrip(".")
@@ -262,38 +301,91 @@ def _build(spec: ModelSpec, raw: dict[str, Any], torch_dtype: str) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class _Measured:
-    weights: int  # bytes of the parameters' distinct storages
-    kv_cache: int  # bytes of the cache's distinct storages after prefill and decode
-    peak: int | None = None  # CUDA: the allocator's peak over load, prefill and decode (None on CPU)
-    on_device: int = 0  # CUDA: what the loaded model holds on the device
+    weights: int  # bytes of the parameters' distinct storages (CUDA: what loading the model allocated)
+    kv_cache: int  # CPU: the cache's distinct storages after prefill and decode; CUDA: what generate()'s cache holds
+    peak: int | None = None  # CUDA: the allocator's peak over load and generate (None on CPU)
+    notes: dict[str, str] = field(default_factory=dict)  # CUDA: the other measure of the same bytes, per component
+    prefill_peaks: tuple[tuple[int, int], ...] = ()  # CUDA: (prompt tokens, peak bytes) of a batch-1 prefill
+    graph_pool: int | None = None  # CUDA: the private pool of a captured decode step (None: not captured)
+    failures: tuple[str, ...] = ()  # CUDA: what could not be measured, and why
+    towers: bool = True  # whether transformers built the vision tower (a text-only class leaves it out)
+
+
+def _built_towers(model: Any) -> bool:
+    """Whether the built model holds a multimodal config's encoder: AutoModelForCausalLM builds some multimodal
+    models text-only (transformers 5.24: Qwen 3.5 and Llama 4 as *ForCausalLM with the text config alone), others
+    whole (Gemma 3, Mistral 3: *ForConditionalGeneration, whose config keeps vision_config)."""
+    return any(hasattr(model.config, key) for key in ("vision_config", "audio_config"))
 
 
 def _measure(case: Case, spec: ModelSpec, raw: dict[str, Any], run: _RunSettings) -> _Measured:
-    """Build the model, run the case, and measure; on CUDA the allocator around each phase."""
-    import torch
-
+    """Build the model, run the case, and measure; on CUDA the allocator around transformers' own calls."""
     from kvplan.validate.hf_cache import measure_decode
 
-    cuda = run.device == "cuda"
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+    if run.device == "cuda":
+        return _measure_cuda(case, spec, raw, run)
     model = _build(spec, raw, TORCH_DTYPES[run.dtype.name])
-    if cuda:
-        model = model.to("cuda")
-        torch.cuda.synchronize()
-        after_load = torch.cuda.memory_allocated()
-    weights = _weights_bytes(model)
     kv_cache = measure_decode(model, batch=case.batch, prompt_len=run.prompt_len, seq_len=case.seq_len,
                               device=run.device).total_bytes
-    if not cuda:
-        return _Measured(weights=weights, kv_cache=kv_cache)
+    return _Measured(weights=_weights_bytes(model), kv_cache=kv_cache, towers=_built_towers(model))
+
+
+def _measure_cuda(case: Case, spec: ModelSpec, raw: dict[str, Any], run: _RunSettings) -> _Measured:
+    """Build on the GPU, ``generate()`` to the case's length, then a prefill per token count and a captured decode
+    step, each read from the caching allocator (kvplan.validate.cuda). A prefill or capture that fails (out of
+    memory, a model whose forward cannot be captured) is recorded as such; the rest is still measured."""
+    import torch
+
+    from kvplan.validate import cuda
+
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base, asked = torch.cuda.memory_allocated(), cuda.requested_bytes()
+    model = _build(spec, raw, TORCH_DTYPES[run.dtype.name], device="cuda")
+    torch.cuda.synchronize()
+    weights, blocks = cuda.requested_bytes() - asked, torch.cuda.memory_allocated() - base
+    storages, towers = _weights_bytes(model), _built_towers(model)
+    try:
+        kv = cuda.generate_kv(model, batch=case.batch, prompt_len=run.prompt_len, seq_len=case.seq_len)
+    except torch.cuda.OutOfMemoryError:
+        raise InputError(f"{spec.name} ran out of GPU memory in generate() at batch {case.batch} x {case.seq_len} "
+                         f"tokens (the prefill's activations are transformers', not an engine's: eager attention "
+                         f"holds batch x heads x prompt^2 scores); lower --batch or --seq-len, or --layers") from None
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
+    torch.cuda.empty_cache()
+    notes = {"weights": f"parameter storages {storages:,} B (the rest: buffers); allocator blocks {blocks:,} B",
+             "kv_cache": f"generate() to {kv.cached_tokens} cached tokens; cache storages {kv.storage_bytes:,} B; "
+                         f"allocator blocks {kv.allocator_bytes:,} B"}
+    failures = []
+    if kv.cached_tokens != case.seq_len:
+        failures.append(f"kv_cache: generate() left {kv.cached_tokens} tokens in the cache, not {case.seq_len}")
+    peaks = []
+    for tokens in case.prefill_tokens:
+        try:
+            peaks.append((tokens, cuda.prefill_peak(model, batch=1, tokens=tokens)))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            failures.append(f"prefill_peak: {tokens} tokens ran out of memory")
+    try:
+        pool: int | None = cuda.decode_graph_pool(model, batch=case.batch, prompt_len=run.prompt_len)
+    except Exception as exc:  # noqa: BLE001 - what torch or transformers raise under capture varies by model
+        torch.cuda.empty_cache()
+        pool = None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        failures.append(f"graph_pool: the decode step was not captured ({type(exc).__name__}: {first})")
     del model
     torch.cuda.empty_cache()
-    return _Measured(weights=weights, kv_cache=kv_cache, peak=peak, on_device=after_load - base)
+    return _Measured(weights=weights, kv_cache=kv.requested_bytes, peak=peak, notes=notes,
+                     prefill_peaks=tuple(peaks), graph_pool=pool, failures=tuple(failures), towers=towers)
+
+
+def _param_count(spec: ModelSpec, towers: bool) -> int:
+    """kvplan's parameter count of what transformers built: the vision tower only where it was built."""
+    if not spec.arch:
+        return 0
+    counts = count_params(spec, spec.arch)
+    return counts.total if towers else counts.language_model
 
 
 def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
@@ -306,22 +398,39 @@ def run_case(case: Case, spec: ModelSpec) -> list[ComponentResult]:
     measured = _measure(case, spec, raw, run)
 
     wfmt = run.dtype.vector_bytes(1)
-    predicted_kv = size_kv(sub, get_engine("hf"), batch=case.batch, seq_len=case.seq_len,
-                           kv_dtype=run.dtype.name).total_bytes
-    predicted_weights = count_params(sub, sub.arch).total * wfmt if sub.arch else 0
+    hf = get_engine("hf")
+    predicted_kv = size_kv(sub, hf, batch=case.batch, seq_len=case.seq_len, kv_dtype=run.dtype.name).total_bytes
+    predicted_weights = _param_count(sub, measured.towers) * wfmt
     common = dict(model=spec.name, batch=case.batch, seq_len=case.seq_len, dtype=run.dtype.name, layers=sub.num_layers,
                   device=run.device)
     results = [
         ComponentResult(component="kv_cache", predicted_bytes=predicted_kv, measured_bytes=measured.kv_cache,
-                        scaled=False, **common),
+                        scaled=False, note=measured.notes.get("kv_cache", ""), **common),
         ComponentResult(component="weights", predicted_bytes=predicted_weights, measured_bytes=measured.weights,
-                        scaled=False, **common),
+                        scaled=False, note=measured.notes.get("weights", ""), **common),
     ]
     if measured.peak is not None:
-        predicted_peak = (predicted_weights + predicted_kv
-                          + hf_activation_estimate(sub, batch=case.batch, prompt_len=run.prompt_len, act_bytes=wfmt))
-        results.append(ComponentResult(component="peak", predicted_bytes=predicted_peak, measured_bytes=measured.peak,
-                                       scaled=False, note=f"weights on device {measured.on_device:,} B", **common))
+        activation = hf_activation_estimate(sub, batch=case.batch, prompt_len=run.prompt_len, act_bytes=wfmt)
+        results.append(ComponentResult(
+            component="peak", predicted_bytes=predicted_weights + predicted_kv + activation,
+            measured_bytes=measured.peak, scaled=False, band_bytes=int(activation * ACTIVATION_ERROR_FRAC),
+            note=f"load and generate(): weights + KV + activation estimate {activation:,} B", **common))
+    for tokens, peak in measured.prefill_peaks:
+        activation = hf_activation_estimate(sub, batch=1, prompt_len=tokens, act_bytes=wfmt, every_position=True)
+        kv = size_kv(sub, hf, batch=1, seq_len=tokens, kv_dtype=run.dtype.name).total_bytes
+        results.append(ComponentResult(
+            component="prefill_peak", predicted_bytes=kv + activation, measured_bytes=peak, scaled=False,
+            tokens=tokens, band_bytes=int(activation * ACTIVATION_ERROR_FRAC),
+            note=f"batch 1 x {tokens} tokens: KV {kv:,} B + activation estimate {activation:,} B", **common))
+    if measured.graph_pool is not None:
+        per_size = cuda_graph_bytes(sub, num_graphs=1, tp=1, pp=1, era="v1_profiled")
+        results.append(ComponentResult(
+            component="graph_pool", predicted_bytes=per_size, measured_bytes=measured.graph_pool, scaled=False,
+            band_bytes=int(per_size * CUDA_GRAPH_ERROR_FRAC),
+            note=f"one decode step at batch {case.batch}, captured whole; kvplan's vLLM 0.18+ per-size estimate",
+            **common))
+    results += [ComponentResult(component=part, predicted_bytes=0, measured_bytes=0, scaled=False, missing=why,
+                                **common) for part, why in (f.split(": ", 1) for f in measured.failures)]
     if sub.num_layers < spec.num_layers:  # whole-model figures, scaled by the predicted whole/part ratio
         results += _scaled_results(case, spec, run, measured, predicted_kv=predicted_kv,
                                    predicted_weights=predicted_weights, common=common)
@@ -333,7 +442,7 @@ def _scaled_results(case: Case, spec: ModelSpec, run: _RunSettings, measured: _M
     """The whole model's figures from a run of its first layers: measured x predicted whole / predicted part."""
     full_kv = size_kv(spec, get_engine("hf"), batch=case.batch, seq_len=case.seq_len,
                       kv_dtype=run.dtype.name).total_bytes
-    full_w = count_params(spec, spec.arch).total * run.dtype.vector_bytes(1) if spec.arch else 0
+    full_w = _param_count(spec, measured.towers) * run.dtype.vector_bytes(1)
     whole = dict(common, layers=spec.num_layers)
     return [
         ComponentResult(component="kv_cache", predicted_bytes=full_kv, scaled=True,

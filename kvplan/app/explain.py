@@ -130,6 +130,9 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
         " with expert parallel" if req.expert_parallel else "")
     notes.append(f"predicted for {spec.name} on {gpu.name}, tp {req.tp}{parallel}, max_model_len "
                  f"{predicted.max_model_len}, with the rules of {profile.display} {profile.version}")
+    if req.drafter is not None:
+        notes.append(req.drafter.note)
+    notes += [n for n in predicted.notes if n.startswith("vLLM warns")]  # the warnings the log should show too
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
                       hub=resolved.hub)
 
@@ -199,7 +202,11 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
     from kvplan.core.capacity.common import FitRequest
 
+    from kvplan.app.fit import make_drafter
+    from kvplan.io.speculative import parse_speculative_config
+
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
+    drafter = make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                       pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
                       expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
@@ -207,9 +214,19 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
                       gpu_memory_utilization=log.gpu_memory_utilization,
                       max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
                       enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,
-                      max_num_seqs=max_num_seqs, profile=profile,
+                      max_num_seqs=max_num_seqs, profile=profile, drafter=drafter,
+                      num_speculative_tokens=drafter.num_speculative_tokens if drafter is not None else 0,
+                      mamba_cache_mode=_mamba_cache_mode(log, profile),
                       # the log's max_model_len is the one vLLM started with: past the model's, the variable was set
                       allow_long_max_model_len=True)
+
+
+def _mamba_cache_mode(log: VLLMLog, profile: EngineProfile) -> str:
+    """The log's Mamba cache mode: as it says, else align where the args turn prefix caching on in a release with the
+    modes (vLLM sets align for a hybrid model then: 0.33.0 model_executor/models/config.py::MambaModelConfig)."""
+    if log.mamba_cache_mode in ("none", "align"):
+        return log.mamba_cache_mode
+    return "align" if log.enable_prefix_caching and profile.rules.mamba_cache_modes else "none"
 
 
 def _replay(req: FitRequest, log: VLLMLog) -> Replay:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the capacity core is imported when a fit runs, not when `kv
     from kvplan.core.capacity.fit import FewestGPUs, WhatIf
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.hub import HubConfig
+    from kvplan.io.speculative import SpeculativeSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,12 +31,56 @@ class Memory:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoRAFlags:
+    """--enable-lora and its settings as given (None: the engine's default)."""
+
+    max_loras: int | None = None  # vLLM --max-loras (default 1), SGLang --max-loras-per-batch (default 8)
+    max_rank: int | None = None  # --max-lora-rank (default 16)
+    target_modules: tuple[str, ...] = ()  # --lora-target-modules (default: vLLM every module; SGLang all-linear)
+
+
+# The engines' defaults: vLLM config/lora.py (max_loras 1, max_lora_rank 16); SGLang server_args.py 0.5.10
+# (max_loras_per_batch 8; the rank and modules come from the adapters at --lora-paths, which kvplan does not read)
+_LORA_DEFAULTS = {"vllm": (1, 16), "sglang": (8, 16)}
+
+
+def _lora(engine: str, flags: LoRAFlags | None):  # type: ignore[no-untyped-def]
+    """The LoRA slots the engine allocates for these flags (kvplan.core.lora), and a note; None: no LoRA."""
+    if flags is None:
+        return None, None
+    from kvplan.core.lora import LoRASettings, targets
+
+    if engine not in _LORA_DEFAULTS:
+        raise InputError(f"--enable-lora: {engine}'s LoRA memory is not modelled (vLLM and SGLang are)")
+    n, r = _LORA_DEFAULTS[engine]
+    chosen = targets(list(flags.target_modules)) or (targets(["all-linear"]) if engine == "sglang" else None)
+    settings = LoRASettings(max_loras=flags.max_loras or n, max_rank=flags.max_rank or r, targets=chosen)
+    modules = "every module the engine supports" if chosen is None else ", ".join(sorted(chosen))
+    return settings, (f"LoRA: {settings.max_loras} slot{'s' if settings.max_loras > 1 else ''} of rank "
+                      f"{settings.max_rank} on {modules}, allocated at start beside the weights")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Speculative:
+    """A drafter's share of the start: its KV layers beside the model's (bytes a token on one GPU) and its weights."""
+
+    method: str
+    num_speculative_tokens: int
+    draft_kv_layers: int
+    model_kv_layers: int
+    draft_kv_bytes_per_token: int  # one GPU, in the KV dtype (the model's layers' figure beside it)
+    model_kv_bytes_per_token: int
+    draft_weights_bytes: int  # one GPU of the last stage
+
+
+@dataclass(frozen=True, kw_only=True)
 class FitReport:
     model: str  # the spec's name
     result: FitResult  # borderline marked, the engine choice's and the config's notes first
     alternatives: tuple[WhatIf, ...]  # single changes fitted with the same rules (empty when it fits)
     fewest: FewestGPUs | None  # when nothing else fits: the fewest tp x pp GPUs that do
     hub: HubConfig | None = None
+    speculative: Speculative | None = None  # what --speculative-config's drafter adds (None: none asked)
 
     @property
     def fits(self) -> bool:
@@ -51,8 +96,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
               mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, attention_backend: str | None = None,
               concurrency: int | None = None, async_scheduling: bool | None = None,
-              mm_limits: dict[str, int] | None = None, fetch: bool | None = None,
-              revision: str | None = None) -> FitReport:
+              mm_limits: dict[str, int] | None = None, speculative: SpeculativeSettings | None = None,
+              lora: LoRAFlags | None = None, fetch: bool | None = None, revision: str | None = None) -> FitReport:
     """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
     when they differ), ``dp`` such engines side by side (vLLM data parallelism; ``expert_parallel``: whole experts
     over the dp x tp GPUs), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
@@ -70,6 +115,12 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
     resolved = resolve_model(model, fetch=fetch, revision=revision)
     spec = resolved.spec
+    if speculative is not None and choice.name != "vllm":
+        raise InputError(f"--speculative-config is vLLM's; {choice.name}'s speculative decoding is not modelled yet")
+    drafter = make_drafter(spec, choice.profile, speculative)
+    lora_settings, lora_note = _lora(choice.name, lora)
+    if drafter is not None:
+        num_speculative_tokens = drafter.num_speculative_tokens  # vLLM's Mamba layers hold a block for each
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
         expert_parallel=expert_parallel, dcp=dcp, dp_attention=dp_attention, kv_dtype=kv_cache_dtype,
@@ -82,14 +133,51 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, mamba_cache_mode=mamba_cache_mode,
         num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend,
         auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
-        async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())),
+        async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())), drafter=drafter,
+        lora=lora_settings,
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()
-    result = dataclasses.replace(result, notes=(*head, *spec.notes, *result.notes, *_parallel_notes(req, result)))
+    drafted = tuple(n for n in (drafter.note if drafter is not None else None, lora_note) if n)
+    result = dataclasses.replace(result, notes=(*head, *spec.notes, *drafted, *result.notes,
+                                                *_parallel_notes(req, result)))
     alternatives = what_if(req, result) if not result.fits else []
     return FitReport(model=spec.name, result=result, alternatives=tuple(alternatives),
-                     fewest=fewest_gpus(req, result, alternatives), hub=resolved.hub)
+                     fewest=fewest_gpus(req, result, alternatives), hub=resolved.hub,
+                     speculative=_speculative(req, result))
+
+
+def _speculative(req, result: FitResult) -> Speculative | None:  # type: ignore[no-untyped-def]
+    """The drafter's KV bytes a token beside the model's (the ideal engine's figure at the start's tp and KV dtype)."""
+    d = req.drafter
+    if d is None:
+        return None
+    from kvplan.core.engines import get_engine
+    from kvplan.core.sizing import size_kv
+
+    def per_token(layers) -> int:  # type: ignore[no-untyped-def]
+        if not layers:
+            return 0
+        part = dataclasses.replace(req.spec, layers=tuple(layers))
+        return size_kv(part, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=result.kv_dtype,
+                       tp=req.tp).per_gpu_bytes
+
+    held = [layer for layer in req.spec.layers if layer.holds_tokens]
+    return Speculative(method=d.method, num_speculative_tokens=d.num_speculative_tokens, draft_kv_layers=d.kv_layers,
+                       model_kv_layers=len(held), draft_kv_bytes_per_token=per_token(d.layers),
+                       model_kv_bytes_per_token=per_token(held),
+                       draft_weights_bytes=result.breakdown.draft_weights)
+
+
+def make_drafter(spec, profile, speculative):  # type: ignore[no-untyped-def]
+    """The drafter vLLM ``profile``'s release builds for --speculative-config (kvplan.core.spec_decode); None: none."""
+    if speculative is None:
+        return None
+    from kvplan.core.spec_decode import drafter
+
+    own_head = (not profile.rules.mtp_shares_head
+                and spec.model_type in ("deepseek_v3", "deepseek_v32", "deepseek_v2"))
+    return drafter(spec, speculative.method, speculative.num_speculative_tokens, mtp_own_head=own_head)
 
 
 def _gpus(gpu: str | None, gpu_memory: str | None) -> tuple[GPUSpec, tuple[int, ...] | None]:

@@ -3,11 +3,12 @@ does not fit."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from kvplan.app.fit import FitReport, Memory, fit_model
+from kvplan.app.fit import FitReport, LoRAFlags, Memory, fit_model
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import fetched_json, say_fetched
 from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption, ModelArg,
@@ -16,13 +17,14 @@ from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonO
                                 max_num_seqs_option)
 from kvplan.cli.root import app
 from kvplan.io.mm_limits import parse_mm_limits
+from kvplan.io.speculative import parse_speculative_config
 
 if TYPE_CHECKING:  # the capacity core is imported when a command runs, not when `kvplan size` starts
     from kvplan.core.capacity.common import FitResult
     from kvplan.core.capacity.fit import FewestGPUs, WhatIf
 
 console = make_console()
-_BAR_COLORS = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
+_BAR_COLORS = {"weights": "blue", "draft_weights": "bright_blue", "lora": "bright_cyan", "activation": "magenta", "non_torch": "yellow", "cuda_graph": "cyan",
                "kv_cache": "green", "unused": "grey50"}
 
 
@@ -78,6 +80,17 @@ MambaCacheModeOpt = Annotated[str, typer.Option("--mamba-cache-mode", help=(
     "vLLM: none (default: one state block a request) or align (prefix caching: two), from 0.16."))]
 SpeculativeTokensOpt = Annotated[int, typer.Option("--num-speculative-tokens", help=(
     "vLLM: speculative tokens, extra Mamba state blocks a request (default 0)."))]
+SpeculativeConfigOpt = Annotated[Optional[str], typer.Option("--speculative-config", help=(
+    "vLLM: speculative decoding as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': "
+    "the MTP layers join the KV cache and the weights (default: none)."))]
+EnableLoraOpt = Annotated[bool, typer.Option("--enable-lora", help=(
+    "vLLM, SGLang: LoRA adapters' slots allocated at start, a line of their own (default: off)."))]
+MaxLorasOpt = Annotated[Optional[int], typer.Option("--max-loras", help=(
+    "LoRA slots on the GPU: vLLM --max-loras (default 1), SGLang --max-loras-per-batch (default 8)."))]
+MaxLoraRankOpt = Annotated[Optional[int], typer.Option("--max-lora-rank", help="Largest adapter rank (default 16).")]
+LoraTargetsOpt = Annotated[Optional[str], typer.Option("--lora-target-modules", help=(
+    "Comma-separated modules the adapters target: q_proj,k_proj,...,down_proj, embed_tokens, lm_head, all-linear "
+    "(default: vLLM every module, SGLang all-linear)."))]
 AttentionBackendOpt = Annotated[Optional[str], typer.Option("--attention-backend", help=(
     "vLLM MLA backend, which sets the block size: FLASHMLA 64 (default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
     "FLASHINFER_MLA 32 or 64, TRITON_MLA."))]
@@ -135,6 +148,11 @@ def fit_cmd(
     disable_hybrid: DisableHybridOpt = False,
     mamba_cache_mode: MambaCacheModeOpt = "none",
     num_speculative_tokens: SpeculativeTokensOpt = 0,
+    speculative_config: SpeculativeConfigOpt = None,
+    enable_lora: EnableLoraOpt = False,
+    max_loras: MaxLorasOpt = None,
+    max_lora_rank: MaxLoraRankOpt = None,
+    lora_target_modules: LoraTargetsOpt = None,
     attention_backend: AttentionBackendOpt = None,
     concurrency: ConcurrencyOpt = None,
     async_scheduling: AsyncSchedulingOpt = None,
@@ -155,7 +173,8 @@ def fit_cmd(
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
         attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling,
-        mm_limits=parse_mm_limits(limit_mm_per_prompt), fetch=fetch, revision=revision)
+        mm_limits=parse_mm_limits(limit_mm_per_prompt), speculative=parse_speculative_config(speculative_config),
+        lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules), fetch=fetch, revision=revision)
     say_fetched(report.hub, as_json)
     if as_json:
         print_json({**fit_json(report), "fetched": fetched_json(report.hub)})
@@ -163,6 +182,15 @@ def fit_cmd(
         _render(report)
     if not report.fits:
         raise typer.Exit(1)
+
+
+def _lora_flags(enable: bool, max_loras: int | None, max_rank: int | None, targets: str | None) -> LoRAFlags | None:
+    if not enable:
+        if max_loras is not None or max_rank is not None or targets is not None:
+            raise typer.BadParameter("--max-loras, --max-lora-rank and --lora-target-modules go with --enable-lora")
+        return None
+    return LoRAFlags(max_loras=max_loras, max_rank=max_rank,
+                     target_modules=tuple(t.strip() for t in (targets or "").split(",") if t.strip()))
 
 
 def _fewest_json(few: FewestGPUs | None) -> dict[str, Any] | None:
@@ -211,6 +239,8 @@ def fit_json(report: FitReport) -> dict[str, Any]:
         "context_limit": (r.context_limit.as_dict(exceeded=r.context_exceeded, allowed=r.context_override)
                           if r.context_limit is not None else None),
         "fewest_gpus": _fewest_json(report.fewest),
+        # --speculative-config: the drafter's KV layers and bytes a token beside the model's, and its weights
+        "speculative": dataclasses.asdict(report.speculative) if report.speculative is not None else None,
     }
 
 
@@ -240,6 +270,8 @@ def _render(report: FitReport) -> None:
     table = new_table("component", "bytes", "share", "", numeric=("bytes", "share"),
                       title="Memory per GPU (the binding one)")
     for key, value in r.breakdown.as_dict().items():
+        if key in ("draft_weights", "lora") and not value:
+            continue  # no drafter, no adapters
         tag = "estimate" if key in r.estimated else ""
         if tag and key == "activation" and "activation_band" in r.settings:  # the engine's own band (vLLM V1)
             tag = f"estimate ±{float(r.settings['activation_band']):.0%}"

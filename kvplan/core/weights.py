@@ -24,7 +24,7 @@ quantized Mistral-Small-3.1 checkpoint in the llm-d-planner logs leaves its towe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvplan.core.spec import ArchShape, AttentionLayer, Layer, LinearLayer, MLALayer, ModelSpec, MoEShape, NoCacheLayer
@@ -222,6 +222,8 @@ class WeightBytes:
     per_stage_bytes: tuple[int, ...]  # one GPU of each pipeline stage
     params: int
     format: str
+    # The layers ``repeat`` named, built again (a speculative drafter's MTP layers), on one GPU of the last stage
+    repeat_bytes: int = 0
 
 
 def weight_bytes(
@@ -237,6 +239,7 @@ def weight_bytes(
     expert_ranks: int | None = None,
     whole_experts: bool = False,
     attn_ranks: int | None = None,
+    repeat: tuple[int, ...] = (),
 ) -> WeightBytes:
     """Bytes of the weights in total and on the most loaded GPU.
 
@@ -249,6 +252,8 @@ def weight_bytes(
     them over dp x tp); ``whole_experts``: each holds whole experts, the most loaded ceil(num_experts / ranks)
     (expert parallelism), rather than a share of every expert; ``attn_ranks``: the GPUs the token mixers and the
     embedding are split over (default ``tp``; SGLang's data-parallel attention: tp // dp, the rest over tp).
+    ``repeat``: layer indices built once more (an MTP drafter's copies of a decoder layer), in
+    ``WeightBytes.repeat_bytes`` and not in the stages' figures.
     """
     counts = count_params(spec, arch)
     expert_fmt = expert_fmt or fmt
@@ -261,7 +266,7 @@ def weight_bytes(
         return -(-n // ranks)
     stages = stages or [range(spec.num_layers)]
 
-    def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int, aranks: int) -> int:
+    def layers_bytes(layers: Iterable[int], ranks: int, eranks: int, aranks: int) -> int:
         by_fmt: dict[tuple[WeightFormat, str], int] = {}
         for i in layers:
             mixer = counts.layers_attn[i]
@@ -273,9 +278,12 @@ def weight_bytes(
                 key = (f, part if part == "experts" or (part == "attn" and aranks != ranks) else "split")
                 by_fmt[key] = by_fmt.get(key, 0) + n
         whole = sum(counts.layers_whole[i] for i in layers)
-        out = sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
+        return sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
                                                                                           else ranks)))
-                  for (f, part), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+                   for (f, part), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+
+    def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int, aranks: int) -> int:
+        out = layers_bytes(layers, ranks, eranks, aranks)
         # the vision tower and projector: on every stage, in the model dtype (module docstring); the RoPE caches
         # (ArchShape.rope_cache_elems, not parameters) whole on every GPU of every stage
         out += keep_fmt.bytes_for(-(-counts.tower_split // ranks)) + keep_fmt.bytes_for(counts.tower_whole)
@@ -291,5 +299,6 @@ def weight_bytes(
     total = stage_bytes(range(spec.num_layers), True, True, 1, 1, 1)
     per_stage = tuple(stage_bytes(layers, s == 0, s == len(stages) - 1, tp, expert_ranks or tp, attn_ranks or tp)
                       for s, layers in enumerate(stages))
+    repeated = layers_bytes(repeat, tp, expert_ranks or tp, attn_ranks or tp) if repeat else 0
     return WeightBytes(total_bytes=total, per_gpu_bytes=max(per_stage), per_stage_bytes=per_stage, params=counts.total,
-                       format=fmt.name)
+                       format=fmt.name, repeat_bytes=repeated)

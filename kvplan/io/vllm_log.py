@@ -115,6 +115,11 @@ class VLLMLog:
     # where "Available KV cache memory" is rank 0's (vLLM sizes every rank's pool by the least)
     binding_kv_cache_bytes: int | None = None
     least_non_kv_bytes: int | None = None  # the smallest rank's "Total non KV cache memory"
+    # --speculative-config as the args give it ({"method": ..., "num_speculative_tokens": ...}), or as the engine's
+    # config line names it (SpeculativeConfig(method='mtp', ..., num_spec_tokens=3))
+    speculative_config: dict | None = None
+    mamba_cache_mode: str | None = None  # the args', or "Mamba cache mode is set to 'align'" (prefix caching)
+    enable_prefix_caching: bool | None = None  # the args' (None: the release's default)
     matched: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, object]:
@@ -148,6 +153,10 @@ def _config_fields(log: VLLMLog, line: str) -> None:
     eager = grab("enforce_eager")
     if eager in ("True", "False"):
         log.enforce_eager = eager == "True"
+    spec = re.search(r"speculative_config=SpeculativeConfig\(method='([a-z0-9_]{1,40})'[^()]{0,4096}?"
+                     r"num_spec_tokens=([0-9]{1,4})", line)
+    if spec and log.speculative_config is None:
+        log.speculative_config = {"method": spec.group(1), "num_speculative_tokens": int(spec.group(2))}
 
 
 # The non-default args kvplan reads (vllm/engine/arg_utils.py names) -> VLLMLog field and expected type.
@@ -160,9 +169,11 @@ _ARG_FIELDS: dict[str, tuple[str, type]] = {
     "max_num_seqs": ("max_num_seqs", int), "enforce_eager": ("enforce_eager", bool),
     "data_parallel_size": ("data_parallel_size", int), "enable_expert_parallel": ("enable_expert_parallel", bool),
     "decode_context_parallel_size": ("decode_context_parallel_size", int),
+    "enable_prefix_caching": ("enable_prefix_caching", bool),
 }
 # One 'key': value pair of a literal kvplan reads, for a dict that literal_eval refuses as a whole (a value
 # such as KVTransferConfig(...) is not a literal) or a line cut short
+_SPECULATIVE_ARG = re.compile(r"'speculative_config': (\{[^{}]{0,4096}\})")
 _ARG_PAIR = re.compile(r"'([a-z_]{1,40})': ('[^'\\]{0,4096}'|-?[0-9][0-9.e+-]{0,30}|True|False|None)")
 
 
@@ -176,6 +187,12 @@ def non_default_args(text: str) -> dict[str, object]:
     if isinstance(whole, dict):
         return whole
     pairs: dict[str, object] = {}
+    spec = _SPECULATIVE_ARG.search(text)  # a dict of literals inside a dict literal_eval refused as a whole
+    if spec:
+        try:
+            pairs["speculative_config"] = ast.literal_eval(spec.group(1))
+        except (ValueError, SyntaxError):
+            pass
     for m in _ARG_PAIR.finditer(text):
         try:
             pairs.setdefault(m.group(1), ast.literal_eval(m.group(2)))
@@ -188,6 +205,10 @@ def _apply_args(log: VLLMLog, args: dict[str, object]) -> None:
     """Fill what the log has not stated yet: the engine's own config line, printed later, is what ran."""
     if args.get("model") is None and isinstance(args.get("model_tag"), str):
         args = {**args, "model": args["model_tag"]}
+    if isinstance(args.get("speculative_config"), dict) and log.speculative_config is None:
+        log.speculative_config = dict(args["speculative_config"])  # type: ignore[arg-type]
+    if args.get("mamba_cache_mode") in ("none", "align", "all") and log.mamba_cache_mode is None:
+        log.mamba_cache_mode = str(args["mamba_cache_mode"])
     for key, (attr, kind) in _ARG_FIELDS.items():
         value = args.get(key)
         if getattr(log, attr) is not None or value is None:
@@ -251,6 +272,7 @@ _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
         rf"non-torch forward increase memory: {_NUM} ?GiB; weights memory: {_NUM} ?GiB")),
     ("engine_blocks", "num_gpu_blocks is:", re.compile(rf"num_gpu_blocks is: {_NUM}")),
     ("default_seqs", "Defaulting max_num_seqs to", re.compile(rf"Defaulting max_num_seqs to {_NUM}")),
+    ("mamba_mode", "Mamba cache mode is set to", re.compile(r"Mamba cache mode is set to '([a-z]{1,8})'")),
 ]
 # The figure each line that states the GPU's total memory is read from (said in explain's notes)
 _TOTAL_FROM = {
@@ -354,6 +376,8 @@ def _apply(log: VLLMLog, name: str, groups: list[str]) -> int | None:
         log.num_gpu_blocks = _int(g[0])
     elif name == "default_seqs":
         log.max_num_seqs = log.max_num_seqs or _int(g[0])
+    elif name == "mamba_mode":
+        log.mamba_cache_mode = g[0]  # what vLLM set, over the args
     if name in _TOTAL_FROM:
         log.total_gpu_memory_from = _TOTAL_FROM[name]
     return None

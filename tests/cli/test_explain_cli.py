@@ -323,3 +323,14 @@ def test_a_gpu_read_from_the_log_names_the_cards_of_the_same_size():
     out = json.loads(r.stdout)
     assert out["gpu"] == "H100-80GB"
     assert "A100-80GB" in out["gpu_source"] and "H100-PCIe" in out["gpu_source"]
+
+
+def test_a_speculative_start_is_predicted_with_its_drafter():
+    """The args' speculative_config builds the MTP drafter (its layer pads the GDN groups as vLLM warns), and prefix
+    caching on makes the Mamba cache mode align. The checkpoint is AutoRound int4, whose format kvplan does not read
+    (planned as int4 with groups of 128), and the excerpt has no KV memory line: only the wiring is checked here (the
+    KV arithmetic of this configuration, replayed from another start's KV memory: tests/cli/test_fit_speculative.py)."""
+    out = explain("v1_club3090_dual_qwen36_27b_mtp3.log", "--model", "qwen3.5-27b", "--gpu-memory", "24GiB",
+                  "--engine", "vllm==0.20.1", "--weight-dtype", "int4-g128")
+    notes = " ".join(out["notes"])
+    assert "speculative decoding (mtp, 3 tokens)" in notes and "Add 3 padding layers" in notes

@@ -323,3 +323,27 @@ def test_expert_parallel_and_dcp_arguments():
     log = parse_vllm_log("\n".join(lines))
     assert log.data_parallel_size == 2 and log.enable_expert_parallel is True
     assert log.decode_context_parallel_size == 8 and log.tensor_parallel_size == 8
+
+
+def test_speculative_config_and_prefix_caching_from_the_args():
+    log = read_vllm_log(Path(__file__).parents[1] / "fixtures" / "vllm_logs" / "v1_club3090_dual_qwen36_27b_mtp3.log")
+    assert log.speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
+    assert log.enable_prefix_caching is True and log.kv_cache_dtype == "fp8_e5m2"
+    assert (log.kv_cache_tokens, log.tensor_parallel_size, log.max_num_seqs) == (620_944, 2, 2)
+
+
+def test_speculative_config_from_the_engine_line_and_args_that_are_not_all_literals():
+    engine = ("(EngineCore pid=106) INFO 05-06 22:28:36 [core.py:109] Initializing a V1 LLM engine (v0.20.1) with config: "
+              "model='~/m', speculative_config=SpeculativeConfig(method='mtp', model='~/m', num_spec_tokens=3), "
+              "tokenizer='~/m', skip_tokenizer_init=False,")
+    assert parse_vllm_log(engine).speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
+    args = ("INFO [utils.py:233] non-default args: {'model': 'a/b', 'kv_transfer_config': KVTransferConfig(x='y'), "
+            "'speculative_config': {'method': 'ngram', 'num_speculative_tokens': 4, 'prompt_lookup_max': 3}}")
+    assert parse_vllm_log(args).speculative_config == {"method": "ngram", "num_speculative_tokens": 4,
+                                                        "prompt_lookup_max": 3}
+
+
+def test_the_mamba_cache_mode_vllm_set():
+    line = ("(EngineCore pid=1) INFO 06-18 05:11:27 [config.py:440] Mamba cache mode is set to 'align' for "
+            "Qwen3_5ForConditionalGeneration by default when prefix caching is enabled")
+    assert parse_vllm_log(line).mamba_cache_mode == "align"

@@ -28,6 +28,8 @@ from typing import Any
 from kvplan.core.capacity import context, estimates
 from kvplan.core.capacity.common import (
     Breakdown,
+    draft_weight_bytes,
+    lora_stage_bytes,
     expert_ranks,
     FitRequest,
     FitResult,
@@ -61,6 +63,8 @@ class Components:
     activation: int
     non_torch: int
     cuda_graph: int
+    draft: int = 0  # a speculative drafter's weights (vLLM: on the last pipeline stage), beside the model's
+    lora: int = 0  # LoRA adapters' slots (vLLM --enable-lora, SGLang --max-loras-per-batch), beside the weights
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,14 +191,20 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
     spec, setup = req.spec, start.setup
     ranges = pp_stages(spec.num_layers, req.pp)
     memory = budget.stage_memory(req, setup)
+    # a speculative drafter's attention layers join the last stage's KV cache (vLLM runs the drafter there)
+    draft_layers = req.drafter.layers if req.drafter is not None else ()
     if budget.per_stage:
-        units = [(s, tuple(spec.layers[i] for i in r), s == len(ranges) - 1) for s, r in enumerate(ranges)]
+        units = [(s, tuple(spec.layers[i] for i in r) + (draft_layers if s == len(ranges) - 1 else ()),
+                  s == len(ranges) - 1) for s, r in enumerate(ranges)]
     else:
-        units = [(0, tuple(spec.layers), True)]
+        units = [(0, tuple(spec.layers) + draft_layers, True)]
     stages = []
     for s, layers, last in units:
+        adapters = lora_stage_bytes(req, ranges, s if budget.per_stage else None)
         c = Components(
-            weights=_stage_weights(req, budget, start.weights, s),
+            weights=_stage_weights(req, budget, start.weights, s) + adapters.base_growth,
+            draft=draft_weight_bytes(req, start.weights) if last else 0,
+            lora=adapters.buffers,
             activation=given_or_estimate(req.activation_memory, "activation", estimated,
                                          partial(budget.activation, req, setup, last, first_stage=s == 0)),
             non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,
@@ -233,13 +243,14 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
     c = cap.stage.components
     unused = cap.unused
     if unused is None:
-        unused = max(0, cap.stage.memory_bytes - c.weights - c.activation - c.non_torch - c.cuda_graph
-                     - cap.kv_cache_bytes)
+        unused = max(0, cap.stage.memory_bytes - c.weights - c.draft - c.lora - c.activation - c.non_torch
+                     - c.cuda_graph - cap.kv_cache_bytes)
     return FitResult(
         engine=budget.engine, gpu=req.gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(req.spec, req.kv_dtype).name,
         weight_dtype=weights.format if weights else "given", max_model_len=cap.max_model_len,
         breakdown=Breakdown(weights=c.weights, activation=c.activation, non_torch=c.non_torch,
-                            cuda_graph=c.cuda_graph, kv_cache=cap.kv_cache_bytes, unused=unused),
+                            cuda_graph=c.cuda_graph, kv_cache=cap.kv_cache_bytes, unused=unused, draft_weights=c.draft,
+                            lora=c.lora),
         kv_cache_memory_bytes=cap.kv_cache_bytes, block_size=cap.block_size, page_size_bytes=cap.page_size_bytes,
         num_blocks=cap.num_blocks, kv_cache_tokens=cap.kv_cache_tokens, max_concurrency=concurrency,
         max_model_len_fit=cap.max_model_len_fit, fits=not reasons, reasons=tuple(reasons),

@@ -61,6 +61,10 @@ class FitRequest:
     # "align" (prefix caching: 2 + num_speculative_tokens); from 0.16.0.
     mamba_cache_mode: str = "none"
     num_speculative_tokens: int = 0  # vLLM speculative decoding: extra Mamba state blocks a request
+    # vLLM --speculative-config: the drafter (kvplan.core.spec_decode.Drafter): its KV layers and weights; None: none
+    drafter: Any = None
+    # LoRA adapters' slots (kvplan.core.lora.LoRASettings: vLLM --enable-lora, SGLang --max-loras-per-batch); None: none
+    lora: Any = None
     # vLLM --limit-mm-per-prompt: items a prompt may carry, by modality (a modality left out: 999, vLLM's default)
     mm_limits: tuple[tuple[str, int], ...] = ()
     # vLLM attention backend (FLASHMLA, FLASHMLA_SPARSE, CUTLASS_MLA, FLASHINFER_MLA, ...): picks the
@@ -90,10 +94,14 @@ class Breakdown:
     cuda_graph: int
     kv_cache: int
     unused: int
+    draft_weights: int = 0  # a speculative drafter's weights (MTP layers, their projection and norms)
+    lora: int = 0  # LoRA adapters' slots
 
     def as_dict(self) -> dict[str, int]:
-        return {"weights": self.weights, "activation": self.activation, "non_torch": self.non_torch,
-                "cuda_graph": self.cuda_graph, "kv_cache": self.kv_cache, "unused": self.unused}
+        return {"weights": self.weights, "draft_weights": self.draft_weights, "lora": self.lora,
+                "activation": self.activation,
+                "non_torch": self.non_torch, "cuda_graph": self.cuda_graph, "kv_cache": self.kv_cache,
+                "unused": self.unused}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,7 +240,35 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     return weight_bytes(spec, arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
                         part_fmt=rule.part_fmt if rule else None, expert_ranks=expert_ranks(req),
                         whole_experts=req.expert_parallel,
-                        attn_ranks=req.tp // req.dp if req.dp_attention else None), notes
+                        attn_ranks=req.tp // req.dp if req.dp_attention else None,
+                        repeat=req.drafter.repeat_layers if req.drafter is not None else ()), notes
+
+
+def lora_stage_bytes(req: FitRequest, ranges: list[range], stage: int | None) -> Any:
+    """The LoRA slots (and, in vLLM before 0.12.0, the base vocabulary's growth) on one GPU of pipeline stage
+    ``stage`` (None: the most loaded GPU of an engine that budgets one, the whole model's layers)."""
+    from kvplan.core.lora import LoRABytes, lora_bytes
+
+    if req.lora is None:
+        return LoRABytes(buffers=0, base_growth=0)
+    keep = get_weight_format(req.weight_dtype if req.weight_dtype in ("fp32", "fp16", "bf16") else req.spec.dtype)
+    extra = bool(getattr(req.engine_profile().rules, "lora_extra_vocab", False))
+    if stage is None:
+        return lora_bytes(req.spec, req.lora, tp=req.tp, dtype_bytes=keep.bits // 8, extra_vocab=extra)
+    return lora_bytes(req.spec, req.lora, tp=req.tp, dtype_bytes=keep.bits // 8, extra_vocab=extra,
+                      first_stage=stage == 0, last_stage=stage == len(ranges) - 1, layers=ranges[stage])
+
+
+def draft_weight_bytes(req: FitRequest, weights: WeightBytes | None) -> int:
+    """A speculative drafter's weights on one GPU of the last stage: its copies of decoder layers (in the model's
+    format), the parameters every rank holds whole, and an LM head of its own (split over TP), in the model dtype."""
+    d = req.drafter
+    if d is None or weights is None:
+        return 0
+    keep = get_weight_format(req.weight_dtype if req.weight_dtype in ("fp32", "fp16", "bf16") else req.spec.dtype)
+    arch = req.spec.arch
+    head = -(-arch.vocab_size * arch.hidden_size // req.tp) if d.own_head and arch is not None else 0
+    return weights.repeat_bytes + keep.bytes_for(d.extra_whole_params) + keep.bytes_for(head)
 
 
 def expert_ranks(req: FitRequest) -> int:

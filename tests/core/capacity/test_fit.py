@@ -39,8 +39,9 @@ def test_vllm_budget_blocks_tokens_concurrency():
     assert r.kv_cache_tokens == 7488 * 16
     assert r.max_concurrency == pytest.approx(7488 / (4096 / 16))
     assert r.fits and r.max_model_len_fit == 4096
-    assert r.breakdown.as_dict() == {"weights": 12 * GiB, "activation": GiB, "non_torch": 512 * MiB, "cuda_graph": 0,
-                                     "kv_cache": kv, "unused": 80 * GiB - math.ceil(80 * GiB * 0.9)}
+    assert r.breakdown.as_dict() == {"weights": 12 * GiB, "draft_weights": 0, "lora": 0, "activation": GiB,
+                                     "non_torch": 512 * MiB, "cuda_graph": 0, "kv_cache": kv,
+                                     "unused": 80 * GiB - math.ceil(80 * GiB * 0.9)}
     assert r.estimated == ()
 
 

@@ -146,7 +146,7 @@ class SGLangBudget(EngineBudget):
 
     def kv_memory(self, req: FitRequest, setup: Setup, memory_bytes: int, c: Components) -> int:
         # rest = free after the weights - free before them x (1 - mem_fraction_static); free before = total - non-torch
-        return int((memory_bytes - c.non_torch) * setup.utilization) - c.weights
+        return int((memory_bytes - c.non_torch) * setup.utilization) - c.weights - c.lora
 
     def _pool(self, req: FitRequest, setup: Setup, stage: Stage) -> _Pool:
         eng, dtype, tp = setup.engine, resolve_kv_dtype(req.spec, req.kv_dtype), attn_tp(req)

@@ -261,7 +261,8 @@ class VLLMBudget(EngineBudget):
 
     def kv_memory(self, req: FitRequest, setup: Setup, memory_bytes: int, c: Components) -> int:
         graphs = c.cuda_graph if setup.engine.rules.cuda_graphs.subtracted else 0
-        return _requested(memory_bytes, setup.utilization) - c.weights - c.activation - c.non_torch - graphs
+        return (_requested(memory_bytes, setup.utilization) - c.weights - c.draft - c.lora - c.activation
+                - c.non_torch - graphs)
 
     def capacity(self, req: FitRequest, setup: Setup, stages: list[Stage]) -> Capacity:
         v: _Settings = setup.engine
@@ -342,7 +343,9 @@ def _capacity_reasons(req: FitRequest, v: _Settings, plan: VLLMPlan, binding: St
     reasons = []
     if kv <= 0:
         graphs_txt = f" + CUDA graphs {c.cuda_graph / GiB:.2f} GiB" if subtract_graphs else ""
-        reasons.append(f"no memory left for the KV cache: weights {c.weights / GiB:.2f} GiB + activation "
+        draft_txt = (f" + draft {c.draft / GiB:.2f} GiB" if c.draft else "") + (
+            f" + LoRA {c.lora / GiB:.2f} GiB" if c.lora else "")
+        reasons.append(f"no memory left for the KV cache: weights {c.weights / GiB:.2f} GiB{draft_txt} + activation "
                        f"{c.activation / GiB:.2f} GiB + non-torch {c.non_torch / GiB:.2f} GiB{graphs_txt} exceed "
                        f"{util} x {memory / GiB:.2f} GiB = {requested / GiB:.2f} GiB "
                        f"(short by {-kv / GiB:.2f} GiB)")
@@ -385,6 +388,11 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
     if layout.num_groups > 1:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
+    for padding, layers in layout.padding():
+        # vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_page_size (0.20.0; kv_cache_planning.py 0.33.0)
+        notes.append(f"vLLM warns \"Add {padding} padding layers, may waste at most {100 * padding / layers:.2f}% KV "
+                     f"cache memory\": {layers} layers of a type fill {-(-layers // layout.group_size)} groups of "
+                     f"{layout.group_size}")
     if any(isinstance(x, CompressedLayer) for x in spec.layers):
         notes.append("DeepSeek-V4: a block is 256 tokens of every layer's compressed entries and indexer keys "
                      "(fp8_ds_mla, 584 B an entry); each request is also charged its sliding windows and compressor "

@@ -131,6 +131,12 @@ class KVLayout:
     def min_block_size(self) -> int:
         return min(b.block_size for b in self.buckets)
 
+    def padding(self) -> tuple[tuple[int, int], ...]:
+        """(padding layers, layers) of each type whose count the group size does not divide: vLLM fills its last
+        group with padding layers and warns of them."""
+        return tuple((b.num_groups * self.group_size - b.num_layers, b.num_layers) for b in self.buckets
+                     if b.num_groups * self.group_size > b.num_layers)
+
     @property
     def pool_block_bytes(self) -> int:
         """Bytes one block of the pool takes across every tensor it spans."""

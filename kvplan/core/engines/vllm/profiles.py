@@ -183,6 +183,9 @@ _table.at("0.11.1", ("CUDA-graph sizes step by 16 from 256 (0.11.1: vllm/config/
                                     choices_source="0.11.1: vllm/config/cache.py::CacheConfig.block_size",
                                     cuda_source=("0.11.1: vllm/v1/worker/gpu_model_runner.py::"
                                                  "GPUModelRunner.select_common_block_size")))
+_table.at("0.12.0", ("LoRA: no extra vocabulary; the embedding and LM head adapters and the base vocabulary keep "
+                     "vocab_size rows (0.12.0: vllm/lora/layers/vocal_parallel_embedding.py, logits_processor.py; "
+                     "0.11.0 added lora_extra_vocab_size, 256, config/lora.py)",), lora_extra_vocab=False)
 _table.at("0.13.0", ("the fused-MoE workspace stays allocated between layers and through the sampler run (0.13.0: "
                      "vllm/v1/worker/workspace.py::WorkspaceManager, vllm/model_executor/layers/fused_moe/"
                      "modular_kernel.py::_allocate_buffers)",), moe_workspace=True)
@@ -195,8 +198,11 @@ _table.at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculativ
                      "num_speculative_blocks with 'align' (prefix caching) "
                      "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",
                      "a vision tower is not built when --limit-mm-per-prompt gives each of its modalities 0 (0.16.0: "
-                     "vllm/model_executor/models/interfaces.py::SupportsMultiModal._mark_tower_model)"),
-          mamba_cache_modes=True, skips_unused_tower=True)
+                     "vllm/model_executor/models/interfaces.py::SupportsMultiModal._mark_tower_model)",
+                     "speculative mtp: the drafter takes the target's LM head, where DeepSeek's MTP layer loaded its own "
+                     "shared_head.head before (0.16.0: vllm/v1/spec_decode/eagle.py::EagleProposer.load_model; 0.14.0: "
+                     "vllm/model_executor/models/deepseek_mtp.py)"),
+          mamba_cache_modes=True, skips_unused_tower=True, mtp_shares_head=True)
 _table.at("0.17.0", ("the profile run's top-k/top-p runs in Triton, in place, with a buffer of min(SMs, requests) rows "
                      "of the vocabulary (0.17.0: vllm/v1/sample/ops/topk_topp_triton.py::apply_top_k_top_p_triton)",),
           sampler="triton")

@@ -205,6 +205,10 @@ class VLLMRules:
     moe_workspace: bool = False
     bitsandbytes: Bitsandbytes = Bitsandbytes.NESTED_KEPT
     skips_unused_tower: bool = False  # a vision tower whose every modality is limited to 0 is not built (0.16.0)
+    # an MTP drafter takes the target's LM head (0.16.0); before, DeepSeek's MTP layer loaded its own shared_head.head
+    mtp_shares_head: bool = False
+    # LoRA's embedding and LM head carry 256 extra vocabulary rows a slot and grow the base ones (gone in 0.12.0)
+    lora_extra_vocab: bool = True
     dcp: DecodeContextParallel = DecodeContextParallel.NONE  # --decode-context-parallel-size (0.10.2)
     # DCP with an fp8 MLA cache and with sparse MLA: refused ('DCP not support fp8 kvcache now', read in 0.10.2 to
     # 0.20.0; FlashMLA-sparse without decode LSE), both run in 0.33.0 (layers/attention/mla_attention.py::

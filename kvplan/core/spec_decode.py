@@ -1,0 +1,101 @@
+"""Speculative decoding's drafter: the attention layers it adds to the KV cache and the weights it loads.
+
+vLLM (docs/research/spec-decode-lora.md, sections 1 and 3):
+
+- The drafter's attention layers register in the same forward context as the target's, so each is an ordinary
+  KV-cache layer of its own: the bytes per token grow by them (0.10.1.1 ``v1/spec_decode/eagle.py::
+  EagleProposer.load_model``; 0.33.0 ``v1/spec_decode/llm_base_proposer.py::SpecDecodeBaseProposer.load_model``,
+  ``v1/worker/gpu_model_runner.py::GPUModelRunner.get_kv_cache_spec``). They group with the target's layers of
+  their type, so a hybrid model's groups are padded by vLLM's own rule (kvplan.core.engines.vllm.plan).
+- ``mtp`` (``deepseek_mtp``, ``glm4_moe_mtp``, ``qwen3_next_mtp``, ... are its old names) builds the checkpoint's
+  ``num_nextn_predict_layers`` MTP layers (Qwen 3.5: ``mtp_num_hidden_layers``; Qwen3-Next: 1 when the config does
+  not say, ``qwen3_next_mtp.py``); a larger ``num_speculative_tokens`` reuses them (0.33.0
+  ``config/speculative.py::SpeculativeConfig.__post_init__``). Each is a decoder layer of the target's shape with
+  full attention (MLA for DeepSeek and GLM-5) plus ``eh_proj`` (2 x hidden -> hidden, a plain nn.Linear held whole
+  by every rank) and three norms (``deepseek_mtp.py``). The embedding is the target's; the LM head is the
+  target's from vLLM 0.16.0, before which DeepSeek's MTP layer loads its own ``shared_head.head``
+  (VLLMRules.mtp_own_head).
+- ``ngram``, ``ngram_gpu``, ``suffix`` add no layers and no weights on the GPU.
+
+Pure: no I/O. The weights' bytes are counted by kvplan.core.weights (the layer) and here (the extras).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.spec import Layer, LayerKind, ModelSpec
+from kvplan.errors import InputError
+
+# vLLM's names of the MTP method by model, each now an alias of "mtp" (0.33.0 config/speculative.py, MTPModelTypes)
+MTP_ALIASES = frozenset({"mtp", "deepseek_mtp", "glm4_moe_mtp", "qwen3_next_mtp", "mimo_mtp", "ernie_mtp",
+                         "longcat_flash_mtp", "pangu_ultra_moe_mtp", "glm_ocr_mtp", "qwen3_5_mtp"})
+NO_DRAFT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+# MTP layers a config leaves unsaid: vLLM reads getattr(config, "num_nextn_predict_layers", 1) for Qwen3-Next
+# (qwen3_next_mtp.py); Qwen 3.5's published configs give mtp_num_hidden_layers 1 (kvplan's bundled notes)
+_MTP_DEFAULT_ONE = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drafter:
+    """What a speculative method adds to a start: its KV layers and its weights beyond the decoder layers."""
+
+    method: str  # vLLM's name: "mtp", "ngram", ...
+    num_speculative_tokens: int
+    layers: tuple[Layer, ...] = ()  # attention layers added to the KV cache (the last pipeline stage holds them)
+    repeat_layers: tuple[int, ...] = ()  # target layers whose shape the drafter builds again (MTP)
+    extra_whole_params: int = 0  # parameters every rank holds whole (eh_proj, the norms)
+    own_head: bool = False  # an LM head of its own (vocab x hidden, split over TP as the target's)
+    note: str = ""
+
+    @property
+    def kv_layers(self) -> int:
+        return len(self.layers)
+
+
+def _text(spec: ModelSpec) -> dict:
+    raw = spec.raw_config
+    return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+
+
+def mtp_layer_count(spec: ModelSpec) -> int:
+    """The MTP layers the checkpoint has (0: none)."""
+    text, raw = _text(spec), spec.raw_config
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        for cfg in (text, raw):
+            if isinstance(cfg.get(key), int):
+                return cfg[key]
+    return 1 if (spec.model_type in _MTP_DEFAULT_ONE or text.get("model_type") in _MTP_DEFAULT_ONE) else 0
+
+
+def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_own_head: bool = False) -> Drafter:
+    """The drafter ``method`` builds for ``spec`` (vLLM's rules: module docstring)."""
+    if num_speculative_tokens < 1:
+        raise InputError(f"num_speculative_tokens must be at least 1 (got {num_speculative_tokens})")
+    name = "mtp" if method in MTP_ALIASES else method
+    if name in NO_DRAFT_METHODS:
+        return Drafter(method=name, num_speculative_tokens=num_speculative_tokens,
+                       note=f"speculative decoding ({name}): no draft model, no KV layers")
+    if name != "mtp":
+        raise InputError(f"speculative method {method!r} is not modelled yet: kvplan counts mtp, ngram, ngram_gpu and "
+                         "suffix (an EAGLE head's or draft model's layers and weights need its config)")
+    n = mtp_layer_count(spec)
+    if n < 1:
+        raise InputError(f"{spec.name} has no MTP layers (its config gives no num_nextn_predict_layers or "
+                         "mtp_num_hidden_layers): speculate with method ngram, or a draft model")
+    if num_speculative_tokens % n:
+        raise InputError(f"num_speculative_tokens {num_speculative_tokens} must be a multiple of {spec.name}'s {n} MTP "
+                         "layers (vLLM config/speculative.py: 'must be divisible by n_predict')")
+    full = [i for i, layer in enumerate(spec.layers) if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+    if not full:
+        raise InputError(f"{spec.name} has no full-attention layer for an MTP layer to copy")
+    last = full[-1]
+    hidden = spec.hidden_size
+    # eh_proj (2h -> h) and enorm, hnorm and the shared head's norm (h each): deepseek_mtp.py, qwen3_next_mtp.py
+    extra = 2 * hidden * hidden + 3 * hidden
+    layers = (spec.layers[last],) * n
+    return Drafter(method="mtp", num_speculative_tokens=num_speculative_tokens, layers=layers,
+                   repeat_layers=(last,) * n, extra_whole_params=n * extra, own_head=mtp_own_head,
+                   note=(f"speculative decoding (mtp, {num_speculative_tokens} tokens): {n} MTP layer"
+                         f"{'s' if n > 1 else ''} in the KV cache and the weights"
+                         + ("; its LM head its own (vLLM before 0.16.0)" if mtp_own_head else "")))

@@ -1,0 +1,64 @@
+"""kvplan.core.spec_decode: the layers and weights vLLM's speculative drafter adds (docs/research/spec-decode-lora.md,
+section 1 and 3, each rule cited there to the release it was read in)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvplan.core.spec import LayerKind
+from kvplan.core.spec_decode import MTP_ALIASES, drafter, mtp_layer_count
+from kvplan.errors import InputError
+from kvplan.io.models import load_model
+
+
+@pytest.mark.parametrize("model, layers", [
+    ("deepseek-v3", 1),  # num_nextn_predict_layers: 1
+    ("glm4.7", 1),
+    ("qwen3-next-80b-a3b", 1),  # vLLM's qwen3_next_mtp.py: getattr(config, "num_nextn_predict_layers", 1)
+    ("qwen3.5-27b", 1),  # the bundled config dropped mtp_num_hidden_layers 1 (its notes say so)
+    ("llama3-8b", 0),  # no MTP layers
+])
+def test_the_checkpoints_mtp_layers(model, layers):
+    assert mtp_layer_count(load_model(model)) == layers
+
+
+def test_an_mtp_layer_is_a_copy_of_the_last_full_attention_layer():
+    spec = load_model("qwen3-next-80b-a3b")  # 36 linear + 12 full attention layers
+    d = drafter(spec, "qwen3_next_mtp", 2)
+    last_full = max(i for i, x in enumerate(spec.layers) if x.kind is LayerKind.FULL)
+    assert d.method == "mtp" and d.layers == (spec.layers[last_full],) and d.repeat_layers == (last_full,)
+    # eh_proj (2h -> h) and three norms, held whole by every rank
+    assert d.extra_whole_params == 2 * spec.hidden_size ** 2 + 3 * spec.hidden_size
+    assert not d.own_head and "mtp, 2 tokens" in d.note
+
+
+def test_every_old_mtp_name_is_mtp():
+    spec = load_model("deepseek-v3")
+    assert {drafter(spec, name, 1).layers for name in MTP_ALIASES} == {(spec.layers[-1],)}
+    assert spec.layers[-1].kind is LayerKind.MLA
+
+
+@pytest.mark.parametrize("method", ["ngram", "ngram_gpu", "suffix"])
+def test_methods_without_a_draft_model_add_nothing(method):
+    d = drafter(load_model("llama3-8b"), method, 4)
+    assert d.layers == () and d.repeat_layers == () and d.extra_whole_params == 0
+
+
+@pytest.mark.parametrize("model, method, k, match", [
+    ("llama3-8b", "mtp", 1, "has no MTP layers"),
+    ("deepseek-v3", "mtp", 0, "at least 1"),
+    ("deepseek-v3", "eagle3", 3, "not modelled yet"),
+])
+def test_what_vllm_would_refuse_or_kvplan_does_not_count_is_refused(model, method, k, match):
+    with pytest.raises(InputError, match=match):
+        drafter(load_model(model), method, k)
+
+
+def test_speculative_tokens_are_a_multiple_of_the_mtp_layers():
+    spec = load_model("deepseek-v3")
+    two = dataclasses.replace(spec, raw_config={**spec.raw_config, "num_nextn_predict_layers": 2})
+    assert drafter(two, "mtp", 4).layers == (spec.layers[-1],) * 2  # reused: the layers do not grow with k
+    with pytest.raises(InputError, match="must be a multiple of"):
+        drafter(two, "mtp", 3)

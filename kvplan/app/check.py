@@ -62,7 +62,6 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     choice = budget.engine_choice()
     tp, pp = budget.tensor_parallel_size, budget.pipeline_parallel_size
     max_len = budget.max_model_len or spec.max_model_len
-    engine, _ = engine_for(spec, choice.name, profile=choice.profile)
     seq_len = budget.seq_len or max_len
     dcp, dp = budget.decode_context_parallel_size, budget.data_parallel_size
     if (dcp > 1 or dp > 1 or budget.enable_expert_parallel) and choice.name not in ("vllm", "sglang") or (
@@ -70,6 +69,10 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
         raise InputError(f"budget {budget.name}: data_parallel_size and enable_expert_parallel are modelled for vLLM "
                          "and SGLang, decode_context_parallel_size for vLLM, enable_dp_attention for SGLang; "
                          f"not for {choice.name}")
+    from kvplan.core.spec_decode import with_drafter
+
+    spec = with_drafter(spec, _extras(budget, spec, choice).drafter)  # a drafter's KV layers hold tokens too
+    engine, _ = engine_for(spec, choice.name, profile=choice.profile)
     r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
     # one GPU holds its rank's share of the batch (cdiv(batch, dp)), at the attention's tp (tp // dp with SGLang's
     # DP attention), each sequence's tokens spread over dcp ranks
@@ -97,6 +100,18 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
                                    f"{f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
 
 
+def _extras(budget: Budget, spec: Any, choice: Any) -> Any:
+    """The budget's drafter and LoRA slots, as `kvplan fit` builds them from the same flags."""
+    from kvplan.app.fit import LoRAFlags, SGLangFlags, extras
+    from kvplan.io.speculative import parse_speculative_config
+
+    return extras(spec, choice, speculative=parse_speculative_config(budget.speculative_config),
+                  sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm)
+                                      if budget.speculative_algorithm else None),
+                  lora=(LoRAFlags(max_loras=budget.max_loras, max_rank=budget.max_lora_rank)
+                        if budget.enable_lora else None))
+
+
 def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
     from kvplan.core.capacity.common import FitRequest
     from kvplan.core.capacity.fit import fit
@@ -110,18 +125,24 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
     # No concurrency asked of fit: its reasons are then the deployment's own (no KV memory, one request
     # too long), not the min_max_concurrency verdict, which is judged here with the other limits.
     dp, dcp = budget.data_parallel_size, budget.decode_context_parallel_size
+    ext = _extras(budget, spec, choice)
     req = FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
                      expert_parallel=budget.enable_expert_parallel, dcp=dcp,
                      dp_attention=budget.enable_dp_attention, kv_dtype=budget.kv_cache_dtype,
                      gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
-                     allow_long_max_model_len=budget.allow_long_max_model_len)
+                     allow_long_max_model_len=budget.allow_long_max_model_len, drafter=ext.drafter,
+                     sglang_spec=ext.sglang_spec, lora=ext.lora,
+                     num_speculative_tokens=ext.num_speculative_tokens or 0)
     f = fit(req)
-    per_request = size_kv(spec, engine_for(spec, choice.name, profile=choice.profile)[0], batch=budget.batch,
+    from kvplan.core.spec_decode import with_drafter
+
+    drafted = with_drafter(spec, ext.drafter)
+    per_request = size_kv(drafted, engine_for(drafted, choice.name, profile=choice.profile)[0], batch=budget.batch,
                           seq_len=f.max_model_len,
                           kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp).per_gpu_bytes
     per_request = -(-per_request // dcp)  # each sequence's tokens spread over dcp ranks
     b = f.breakdown
-    busy = b.weights + b.activation + b.non_torch + b.cuda_graph + per_request
+    busy = b.weights + b.draft_weights + b.lora + b.activation + b.non_torch + b.cuda_graph + per_request
     headroom = 1 - busy / gpu.memory_bytes
     # over every DP rank: each engine holds its own (FitResult.dp)
     out.update(min_kv_cache_tokens=f.all_kv_cache_tokens, min_max_concurrency=round(f.all_concurrency, 4),

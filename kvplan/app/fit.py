@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import InputError
 
@@ -28,6 +28,16 @@ class Memory:
     activation: int | None = None
     non_torch: int | None = None
     cuda_graph: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangFlags:
+    """SGLang's --speculative-algorithm and its steps as given (None: SGLang's auto_choose_speculative_params)."""
+
+    algorithm: str
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +107,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, attention_backend: str | None = None,
               concurrency: int | None = None, async_scheduling: bool | None = None,
               mm_limits: dict[str, int] | None = None, speculative: SpeculativeSettings | None = None,
-              lora: LoRAFlags | None = None, fetch: bool | None = None, revision: str | None = None) -> FitReport:
+              lora: LoRAFlags | None = None, sglang_speculative: SGLangFlags | None = None,
+              fetch: bool | None = None, revision: str | None = None) -> FitReport:
     """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
     when they differ), ``dp`` such engines side by side (vLLM data parallelism; ``expert_parallel``: whole experts
     over the dp x tp GPUs), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
@@ -115,12 +126,9 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
     resolved = resolve_model(model, fetch=fetch, revision=revision)
     spec = resolved.spec
-    if speculative is not None and choice.name != "vllm":
-        raise InputError(f"--speculative-config is vLLM's; {choice.name}'s speculative decoding is not modelled yet")
-    drafter = make_drafter(spec, choice.profile, speculative)
-    lora_settings, lora_note = _lora(choice.name, lora)
-    if drafter is not None:
-        num_speculative_tokens = drafter.num_speculative_tokens  # vLLM's Mamba layers hold a block for each
+    ext = extras(spec, choice, speculative=speculative, sglang_speculative=sglang_speculative, lora=lora)
+    if ext.num_speculative_tokens is not None:
+        num_speculative_tokens = ext.num_speculative_tokens  # vLLM's Mamba layers hold a block for each
     req = FitRequest(
         spec=spec, gpu=gpu_spec, engine=choice.name, profile=choice.profile, tp=tp, pp=pp, dp=dp,
         expert_parallel=expert_parallel, dcp=dcp, dp_attention=dp_attention, kv_dtype=kv_cache_dtype,
@@ -133,14 +141,13 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, mamba_cache_mode=mamba_cache_mode,
         num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend,
         auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
-        async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())), drafter=drafter,
-        lora=lora_settings,
+        async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())),
+        drafter=ext.drafter, lora=ext.lora, sglang_spec=ext.sglang_spec,
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()
-    drafted = tuple(n for n in (drafter.note if drafter is not None else None, lora_note) if n)
-    result = dataclasses.replace(result, notes=(*head, *spec.notes, *drafted, *result.notes,
-                                                *_parallel_notes(req, result)))
+    result = dataclasses.replace(result, notes=(*head, *spec.notes, *ext.notes, *result.notes,
+                                                *_without_extras(req, result), *_parallel_notes(req, result)))
     alternatives = what_if(req, result) if not result.fits else []
     return FitReport(model=spec.name, result=result, alternatives=tuple(alternatives),
                      fewest=fewest_gpus(req, result, alternatives), hub=resolved.hub,
@@ -167,6 +174,61 @@ def _speculative(req, result: FitResult) -> Speculative | None:  # type: ignore[
                        model_kv_layers=len(held), draft_kv_bytes_per_token=per_token(d.layers),
                        model_kv_bytes_per_token=per_token(held),
                        draft_weights_bytes=result.breakdown.draft_weights)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Extras:
+    """What a start loads beside the model: a speculative drafter and LoRA slots, as the engine builds them."""
+
+    drafter: Any = None  # kvplan.core.spec_decode.Drafter
+    sglang_spec: Any = None  # kvplan.core.spec_decode.SGLangSpeculative
+    lora: Any = None  # kvplan.core.lora.LoRASettings
+    num_speculative_tokens: int | None = None  # vLLM: the Mamba layers' extra state blocks (None: as given)
+    notes: tuple[str, ...] = ()
+
+
+def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None) -> Extras:  # type: ignore[no-untyped-def]
+    """The drafter (vLLM --speculative-config, SGLang --speculative-algorithm) and the LoRA slots for ``choice``'s
+    engine; each engine's flag refused by the other."""
+    if speculative is not None and choice.name != "vllm":
+        hint = "; SGLang takes --speculative-algorithm" if choice.name == "sglang" else " (not modelled yet)"
+        raise InputError(f"--speculative-config is vLLM's{hint}")
+    if sglang_speculative is not None and choice.name != "sglang":
+        raise InputError("--speculative-algorithm is SGLang's; vLLM takes --speculative-config")
+    drafter, sglang_spec, tokens = make_drafter(spec, choice.profile, speculative), None, None
+    if drafter is not None:
+        tokens = drafter.num_speculative_tokens
+    if sglang_speculative is not None:
+        from kvplan.core.spec_decode import sglang_drafter
+
+        f = sglang_speculative
+        sglang_spec = sglang_drafter(spec, f.algorithm, num_steps=f.num_steps, topk=f.eagle_topk,
+                                     num_draft_tokens=f.num_draft_tokens)
+        drafter = sglang_spec.drafter
+    settings, lora_note = _lora(choice.name, lora)
+    notes = tuple(n for n in (drafter.note if drafter is not None else None, lora_note) if n)
+    return Extras(drafter=drafter, sglang_spec=sglang_spec, lora=settings, num_speculative_tokens=tokens,
+                  notes=notes)
+
+
+def _without_extras(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """What the same GPUs hold without the drafter and the LoRA slots: the price of each, in requests."""
+    drafted = req.drafter is not None and bool(req.drafter.layers)  # ngram and suffix load nothing
+    if not drafted and req.lora is None:
+        return ()
+    from kvplan.core.capacity.fit import fit
+    from kvplan.errors import KvplanError
+
+    what = " and ".join(w for w, on in (("the draft", drafted), ("the LoRA slots", req.lora is not None)) if on)
+    try:
+        bare = fit(dataclasses.replace(req, drafter=None, sglang_spec=None, lora=None, concurrency=None,
+                                       num_speculative_tokens=0 if req.sglang_spec is None and req.drafter is not None
+                                       else req.num_speculative_tokens))
+    except KvplanError:
+        return ()
+    return (f"without {what}: {bare.kv_cache_tokens:,} KV cache tokens and {bare.max_concurrency:.2f} requests of "
+            f"{bare.max_model_len:,} tokens at once (here {result.kv_cache_tokens:,} and "
+            f"{result.max_concurrency:.2f})",)
 
 
 def make_drafter(spec, profile, speculative):  # type: ignore[no-untyped-def]

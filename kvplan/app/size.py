@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from kvplan.core.dtypes import get_dtype
 from kvplan.core.engines import engine_for, get_engine
@@ -51,9 +51,10 @@ class MeasuredSizeReport:
 
 def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cache_dtype: str = "auto", tp: int = 1,
                pp: int = 1, engine: str = "ideal", block_size: int | None = None, fetch: bool | None = None,
-               revision: str | None = None) -> SizeReport | MeasuredSizeReport:
+               revision: str | None = None, speculative: Any = None) -> SizeReport | MeasuredSizeReport:
     """KV bytes of ``batch`` sequences of ``seq_len`` tokens (default: the model's max context) under ``engine``
-    (``NAME`` or ``NAME==VERSION``), at tensor- and pipeline-parallel sizes ``tp`` and ``pp``."""
+    (``NAME`` or ``NAME==VERSION``), at tensor- and pipeline-parallel sizes ``tp`` and ``pp``; ``speculative``
+    (kvplan.io.speculative.SpeculativeSettings): a drafter's KV layers beside the model's."""
     from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
 
     choice = parse_engine(engine)
@@ -69,6 +70,15 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
         return _measured(exc, model, choice, batch=batch, seq_len=seq_len, given=_given_flags(
             tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype, block_size=block_size))
     spec = resolved.spec
+    draft_note = None
+    if speculative is not None:
+        from kvplan.core.spec_decode import drafter, with_drafter
+
+        if choice.name == "hf":
+            raise InputError("--speculative-config: transformers' cache holds no MTP drafter; size it with an engine "
+                             "(vllm, sglang) or ideal")
+        d = drafter(spec, speculative.method, speculative.num_speculative_tokens)
+        spec, draft_note = with_drafter(spec, d), d.note
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
@@ -79,7 +89,8 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
     return SizeReport(spec=spec, result=result, ideal=ideal, rules=rules, block_size=eng.block_size,
                       engine_version=choice.version, seq_len_is_model_max=defaulted,
                       model_notes=tuple(size_notes(spec, seq)),
-                      engine_notes=tuple(n for n in (choice.note, engine_note, uneven) if n), hub=resolved.hub)
+                      engine_notes=tuple(n for n in (choice.note, engine_note, uneven, draft_note) if n),
+                      hub=resolved.hub)
 
 
 def resolve_seq_len(spec: ModelSpec, seq_len: int | None) -> tuple[int, bool]:

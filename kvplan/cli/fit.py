@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from kvplan.app.fit import FitReport, LoRAFlags, Memory, fit_model
+from kvplan.app.fit import FitReport, LoRAFlags, Memory, SGLangFlags, fit_model
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import fetched_json, say_fetched
 from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption, ModelArg,
@@ -83,6 +83,15 @@ SpeculativeTokensOpt = Annotated[int, typer.Option("--num-speculative-tokens", h
 SpeculativeConfigOpt = Annotated[Optional[str], typer.Option("--speculative-config", help=(
     "vLLM: speculative decoding as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': "
     "the MTP layers join the KV cache and the weights (default: none)."))]
+SpecAlgorithmOpt = Annotated[Optional[str], typer.Option("--speculative-algorithm", help=(
+    "SGLang: NEXTN (or EAGLE from the model's own MTP layers) or NGRAM: the draft's pool and weights out of the "
+    "reserve (default: none)."))]
+SpecStepsOpt = Annotated[Optional[int], typer.Option("--speculative-num-steps", help=(
+    "SGLang: draft steps (default: SGLang's choice for the architecture, 3 or 5)."))]
+SpecTopkOpt = Annotated[Optional[int], typer.Option("--speculative-eagle-topk", help=(
+    "SGLang: branches a step (default 1, Llama 4)."))]
+SpecDraftTokensOpt = Annotated[Optional[int], typer.Option("--speculative-num-draft-tokens", help=(
+    "SGLang: tokens verified a step (default 4, Llama 8)."))]
 EnableLoraOpt = Annotated[bool, typer.Option("--enable-lora", help=(
     "vLLM, SGLang: LoRA adapters' slots allocated at start, a line of their own (default: off)."))]
 MaxLorasOpt = Annotated[Optional[int], typer.Option("--max-loras", help=(
@@ -149,6 +158,10 @@ def fit_cmd(
     mamba_cache_mode: MambaCacheModeOpt = "none",
     num_speculative_tokens: SpeculativeTokensOpt = 0,
     speculative_config: SpeculativeConfigOpt = None,
+    speculative_algorithm: SpecAlgorithmOpt = None,
+    speculative_num_steps: SpecStepsOpt = None,
+    speculative_eagle_topk: SpecTopkOpt = None,
+    speculative_num_draft_tokens: SpecDraftTokensOpt = None,
     enable_lora: EnableLoraOpt = False,
     max_loras: MaxLorasOpt = None,
     max_lora_rank: MaxLoraRankOpt = None,
@@ -174,7 +187,10 @@ def fit_cmd(
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
         attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling,
         mm_limits=parse_mm_limits(limit_mm_per_prompt), speculative=parse_speculative_config(speculative_config),
-        lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules), fetch=fetch, revision=revision)
+        lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules),
+        sglang_speculative=_sglang_flags(speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
+                                         speculative_num_draft_tokens),
+        fetch=fetch, revision=revision)
     say_fetched(report.hub, as_json)
     if as_json:
         print_json({**fit_json(report), "fetched": fetched_json(report.hub)})
@@ -182,6 +198,16 @@ def fit_cmd(
         _render(report)
     if not report.fits:
         raise typer.Exit(1)
+
+
+def _sglang_flags(algorithm: str | None, steps: int | None, topk: int | None,
+                  drafts: int | None) -> SGLangFlags | None:
+    if algorithm is None:
+        if steps is not None or topk is not None or drafts is not None:
+            raise typer.BadParameter("--speculative-num-steps, --speculative-eagle-topk and "
+                                     "--speculative-num-draft-tokens go with --speculative-algorithm")
+        return None
+    return SGLangFlags(algorithm=algorithm, num_steps=steps, eagle_topk=topk, num_draft_tokens=drafts)
 
 
 def _lora_flags(enable: bool, max_loras: int | None, max_rank: int | None, targets: str | None) -> LoRAFlags | None:

@@ -15,6 +15,7 @@ from kvplan.cli.options import (LENGTH_HINT, BatchOption, BlockSizeOption, Fetch
                                 ModelArg, PipelineParallelOption, RevisionOption, TensorParallelOption, engine_option,
                                 tokens)
 from kvplan.cli.root import app
+from kvplan.io.speculative import parse_speculative_config
 from kvplan.core.engines import ENGINES
 from kvplan.core.sizing import GroupSize, SizeResult
 from kvplan.core.spec import CompressedLayer, LinearLayer
@@ -40,13 +41,17 @@ def size(
     pp: PipelineParallelOption = 1,
     engine: Annotated[str, engine_option(ENGINE_HELP)] = "ideal",
     block_size: BlockSizeOption = None,
+    speculative_config: Annotated[Optional[str], typer.Option("--speculative-config", help=(
+        "A speculative drafter's layers beside the model's, as vLLM takes it, e.g. "
+        "'{\"method\": \"mtp\", \"num_speculative_tokens\": 1}' (default: none)."))] = None,
     as_json: JsonOption = False,
     fetch: FetchOption = None,
     revision: RevisionOption = None,
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
     report = size_model(model, batch=batch, seq_len=seq_len, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
-                        engine=engine, block_size=block_size, fetch=fetch, revision=revision)
+                        engine=engine, block_size=block_size, fetch=fetch, revision=revision,
+                        speculative=parse_speculative_config(speculative_config))
     if isinstance(report, MeasuredSizeReport):
         if as_json:
             print_json(measured_json(report))

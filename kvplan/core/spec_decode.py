@@ -94,8 +94,77 @@ def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_ow
     # eh_proj (2h -> h) and enorm, hnorm and the shared head's norm (h each): deepseek_mtp.py, qwen3_next_mtp.py
     extra = 2 * hidden * hidden + 3 * hidden
     layers = (spec.layers[last],) * n
+    tokens = f"{num_speculative_tokens} token{'s' if num_speculative_tokens > 1 else ''}"
     return Drafter(method="mtp", num_speculative_tokens=num_speculative_tokens, layers=layers,
                    repeat_layers=(last,) * n, extra_whole_params=n * extra, own_head=mtp_own_head,
-                   note=(f"speculative decoding (mtp, {num_speculative_tokens} tokens): {n} MTP layer"
-                         f"{'s' if n > 1 else ''} in the KV cache and the weights"
-                         + ("; its LM head its own (vLLM before 0.16.0)" if mtp_own_head else "")))
+                   note=(f"speculative decoding (mtp, {tokens}): {n} MTP layer{'s' if n > 1 else ''} in the KV cache "
+                         "and the weights" + ("; its LM head its own (vLLM before 0.16.0)" if mtp_own_head else "")))
+
+
+# SGLang (docs/research/spec-decode-lora.md, section 2; 0.5.10 server_args.py and configs/model_config.py)
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+# Architectures whose EAGLE draft is the target's own MTP layers when no draft path is given
+# (0.5.10 server_args.py::_handle_speculative_decoding); Qwen3-Next and Qwen 3.5 read their MTP head the same way
+# (configs/model_config.py::_config_draft_model: num_nextn_predict_layers forced to 1)
+_SGLANG_NEXTN_ARCHS = frozenset({"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
+                                 "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM",
+                                 "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                                 "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
+_ONE_MTP_LAYER = frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
+                            "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
+# auto_choose_speculative_params (0.5.10): (num_steps, eagle_topk, num_draft_tokens) by architecture
+_SGLANG_AUTO = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangSpeculative:
+    """--speculative-algorithm and its steps as SGLang runs them, with the draft it loads."""
+
+    algorithm: str  # EAGLE (NEXTN resolves to it) or NGRAM
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    drafter: Drafter
+
+    @property
+    def tokens_a_request(self) -> int:
+        """Pool slots a running request takes beside its tokens, 0.4.6 to 0.5.6: steps x topk + draft tokens."""
+        return self.num_steps * self.topk + self.num_draft_tokens
+
+
+def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = None, topk: int | None = None,
+                   num_draft_tokens: int | None = None) -> SGLangSpeculative:
+    """The draft SGLang loads for ``algorithm`` on ``spec`` (module docstring and research section 2)."""
+    algo = algorithm.upper()
+    if algo not in SGLANG_ALGORITHMS:
+        raise InputError(f"--speculative-algorithm {algorithm!r}: SGLang's are {', '.join(SGLANG_ALGORITHMS)}")
+    arch = (spec.raw_config.get("architectures") or ["?"])[0]
+    steps, k, drafts = _SGLANG_AUTO.get(arch, (3, 1, 4))
+    steps, k, drafts = num_steps or steps, topk or k, num_draft_tokens or drafts
+    if algo == "NGRAM":
+        return SGLangSpeculative(algorithm="NGRAM", num_steps=steps, topk=k, num_draft_tokens=drafts,
+                                 drafter=Drafter(method="NGRAM", num_speculative_tokens=drafts,
+                                                 note="speculative decoding (NGRAM): no draft model, no KV pool"))
+    if algo in ("EAGLE3", "STANDALONE") or (algo == "EAGLE" and arch not in _SGLANG_NEXTN_ARCHS):
+        raise InputError(f"--speculative-algorithm {algorithm}: a draft checkpoint's layers and weights are not "
+                         f"counted yet; kvplan counts NEXTN (and EAGLE from the model's own MTP layers: "
+                         "DeepSeek-V3/V3.2, GLM-4.5+, Qwen3-Next, Qwen 3.5) and NGRAM")
+    n = 1 if arch in _ONE_MTP_LAYER else mtp_layer_count(spec)
+    if n < 1:
+        raise InputError(f"{spec.name} has no MTP layers for NEXTN (num_nextn_predict_layers)")
+    base = drafter(spec, "mtp", n)
+    note = (f"speculative decoding (SGLang EAGLE from the model's MTP layers: {steps} steps, topk {k}, {drafts} draft "
+            f"tokens): a draft KV pool of {n} layer{'s' if n > 1 else ''} beside the target's")
+    return SGLangSpeculative(algorithm="EAGLE", num_steps=steps, topk=k, num_draft_tokens=drafts,
+                             drafter=Drafter(method="EAGLE", num_speculative_tokens=drafts, layers=base.layers,
+                                             repeat_layers=base.repeat_layers,
+                                             extra_whole_params=base.extra_whole_params, note=note))
+
+
+def with_drafter(spec: ModelSpec, d: Drafter | None) -> ModelSpec:
+    """The model's layers and the drafter's, for sizing the KV both hold a token (the drafter's after the model's)."""
+    if d is None or not d.layers:
+        return spec
+    from dataclasses import replace
+
+    return replace(spec, layers=spec.layers + d.layers)

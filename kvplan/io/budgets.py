@@ -95,6 +95,15 @@ class Budget(BaseModel):
         "SGLang: the data_parallel_size ranks are attention groups inside the tensor-parallel GPUs (default false)."))
     decode_context_parallel_size: int = Field(1, ge=1, le=64, description=(
         "vLLM: each sequence's KV over this many of the tensor-parallel ranks, from 0.10.2 (default 1)."))
+    speculative_config: dict | None = Field(None, description=(
+        "vLLM: speculative decoding as vLLM takes it, e.g. {method: mtp, num_speculative_tokens: 1}: the MTP layers "
+        "in the KV cache and the weights (default none)."))
+    speculative_algorithm: str | None = Field(None, description=(
+        "SGLang: NEXTN (EAGLE from the model's MTP layers) or NGRAM: the draft's pool and weights (default none)."))
+    enable_lora: bool = Field(False, description="vLLM, SGLang: LoRA adapters' slots allocated at start (default false).")
+    max_loras: int | None = Field(None, ge=1, le=1024, description=(
+        "LoRA slots: vLLM max_loras (default 1), SGLang max_loras_per_batch (default 8)."))
+    max_lora_rank: int | None = Field(None, ge=1, le=1024, description="Largest adapter rank (default 16).")
     kv_cache_dtype: str = Field("auto", description="KV cache dtype: auto (the model's), fp8, bf16, ... (default auto).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description=(
         "Share of GPU memory the engine may use (default: the release's own: vLLM 0.9, 0.92 from 0.20)."))

@@ -107,3 +107,14 @@ def test_the_text_report_has_a_draft_weights_line():
                             "--speculative-config", MTP1], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     assert "draft weights" in r.output and "1 MTP layer in the KV cache" in r.output
+
+
+def test_size_counts_the_drafters_layers():
+    args = ["size", "deepseek-v3", "--seq-len", "1k", "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)
+    r = runner.invoke(app, [*args, "--speculative-config", MTP1])
+    drafted = json.loads(r.stdout)
+    assert (plain["bytes_per_token"], drafted["bytes_per_token"]) == (70_272, 71_424)
+    assert any("1 MTP layer" in n for n in drafted["notes"])
+    hf = runner.invoke(app, ["size", "deepseek-v3", "--engine", "hf", "--speculative-config", MTP1])
+    assert hf.exit_code == 2 and "no MTP drafter" in hf.output

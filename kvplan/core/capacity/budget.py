@@ -107,6 +107,7 @@ class EngineBudget:
 
     engine = ""
     per_stage = True  # False: one budget for the most loaded GPU (the largest stage's weights, all layers)
+    draft_in_pool = True  # a speculative drafter's layers share the target's KV pool (False: a pool of their own)
 
     def default_utilization(self, req: FitRequest, profile: Any) -> float:
         raise NotImplementedError
@@ -191,8 +192,9 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
     spec, setup = req.spec, start.setup
     ranges = pp_stages(spec.num_layers, req.pp)
     memory = budget.stage_memory(req, setup)
-    # a speculative drafter's attention layers join the last stage's KV cache (vLLM runs the drafter there)
-    draft_layers = req.drafter.layers if req.drafter is not None else ()
+    # a speculative drafter's attention layers join the last stage's KV cache where the engine's pool holds them
+    # (vLLM runs the drafter on the last stage; SGLang's draft has a pool of its own: SGLangBudget.capacity)
+    draft_layers = req.drafter.layers if req.drafter is not None and budget.draft_in_pool else ()
     if budget.per_stage:
         units = [(s, tuple(spec.layers[i] for i in r) + (draft_layers if s == len(ranges) - 1 else ()),
                   s == len(ranges) - 1) for s, r in enumerate(ranges)]

@@ -63,6 +63,9 @@ class FitRequest:
     num_speculative_tokens: int = 0  # vLLM speculative decoding: extra Mamba state blocks a request
     # vLLM --speculative-config: the drafter (kvplan.core.spec_decode.Drafter): its KV layers and weights; None: none
     drafter: Any = None
+    # SGLang --speculative-algorithm (kvplan.core.spec_decode.SGLangSpeculative: steps, topk, draft tokens); its draft
+    # is in ``drafter`` too, whose KV SGLang keeps in a pool of its own (not in the target's cell)
+    sglang_spec: Any = None
     # LoRA adapters' slots (kvplan.core.lora.LoRASettings: vLLM --enable-lora, SGLang --max-loras-per-batch); None: none
     lora: Any = None
     # vLLM --limit-mm-per-prompt: items a prompt may carry, by modality (a modality left out: 999, vLLM's default)

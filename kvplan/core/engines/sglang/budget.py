@@ -53,7 +53,7 @@ def prefill_defaults(memory_bytes: int, tp: int) -> tuple[int, int]:
 
 
 def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attention: int = 0,
-                                piecewise_mib: float = 0) -> float:
+                                piecewise_mib: float = 0, spec_mib: float = 0) -> float:
     mem_mib = memory_bytes / MiB
     chunk, graph_bs = prefill_defaults(memory_bytes, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
@@ -64,6 +64,7 @@ def default_mem_fraction_static(memory_bytes: int, tp: int, pp: int, dp_attentio
     reserved += piecewise_mib
     if mem_mib > 60 * 1024:
         reserved = max(reserved, 10240)
+    reserved += spec_mib  # after the floor (0.5.3 and 0.5.10: server_args.py::_handle_gpu_memory_settings)
     return round((mem_mib - reserved) / mem_mib, 3)
 
 
@@ -109,13 +110,15 @@ class _Pool:
 
 class SGLangBudget(EngineBudget):
     engine = "sglang"
+    draft_in_pool = False  # the draft's KV is a pool of its own, sized by the target's token count
 
     def context_limit(self, req: FitRequest) -> ContextLimit | None:
         return sglang_context_limit(req.spec.context_config)
 
     def default_utilization(self, req: FitRequest, profile) -> float:
         return default_fraction(profile.rules, req.gpu.memory_bytes, req.tp, req.pp, default_mem_fraction_static,
-                                dp_attention=req.dp if req.dp_attention else 0, piecewise_mib=piecewise_reserve_mib(req))
+                                dp_attention=req.dp if req.dp_attention else 0, piecewise_mib=piecewise_reserve_mib(req),
+                                spec_mib=_spec_reserve_mib(req, profile.rules))
 
     def prepare(self, req: FitRequest, profile, utilization: float, max_model_len: int):
         arch = (req.spec.raw_config.get("architectures") or ["?"])[0]
@@ -180,6 +183,8 @@ class SGLangBudget(EngineBudget):
         free_before = stage.memory_bytes - nt
         page = eng.block_size
         tokens = pool.tokens // page * page
+        draft = _DraftPool.of(req, setup, eng, dtype, tokens)
+        tokens = draft.target_tokens if draft is not None else tokens
         # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
         pooled = allocated_layers(spec, spec.layers)  # as SGLang allocates them (windows only for hybrid-SWA models)
         windows = [x.window for x in pooled if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
@@ -213,7 +218,19 @@ class SGLangBudget(EngineBudget):
                            f"one request of {max_len:,} tokens; the longest that fits: --max-model-len {max_fit}")
         notes = []
         reserve = stage.memory_bytes - max(0, rest) - w - nt
-        if reserve < a + cg:
+        if draft is not None and rest > 0:
+            held = draft.bytes + stage.components.draft
+            if held > reserve:  # allocated for certain once the pool is: the start runs out of memory there
+                lower = max(0.0, frac - (held - reserve) / free_before)
+                reasons.append(f"the speculative draft's pool ({draft.tokens:,} tokens, {draft.bytes / GiB:.2f} GiB"
+                               f"{draft.extra_note}) and weights ({stage.components.draft / GiB:.2f} GiB) exceed the "
+                               f"{1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB): SGLang runs out of memory after "
+                               f"the target's pool; set mem_fraction_static to {lower:.3f} or less")
+            elif held + a + cg > reserve:
+                notes.append(f"the reserve ({reserve / GiB:.2f} GiB) holds the speculative draft's pool and weights "
+                             f"({held / GiB:.2f} GiB) but not also the estimated activation and CUDA graphs "
+                             f"({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower mem_fraction_static")
+        elif reserve < a + cg:
             notes.append(f"the {1 - frac:.3f} reserve ({reserve / GiB:.2f} GiB) is smaller than the estimated "
                          f"activation + CUDA graphs ({(a + cg) / GiB:.2f} GiB): SGLang may run out of memory; lower "
                          "mem_fraction_static")
@@ -222,11 +239,52 @@ class SGLangBudget(EngineBudget):
             stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
             block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,
             max_concurrency=concurrency, max_model_len_fit=max_fit, reasons=tuple(reasons),
-            settings={"mem_fraction_static": frac, "page_size": page}, notes=tuple(notes))
+            settings={"mem_fraction_static": frac, "page_size": page,
+                      **({"draft_pool_tokens": draft.tokens, "draft_pool_bytes": draft.bytes} if draft else {})},
+            notes=tuple(notes))
 
     def concurrency_reason(self, req: FitRequest, max_model_len: int, concurrency: float) -> str:
         return (f"{req.concurrency} concurrent requests of {max_model_len:,} tokens do not fit the token pools; "
                 f"{concurrency:.2f} do")
+
+
+def _spec_reserve_mib(req: FitRequest, rules) -> int:  # type: ignore[no-untyped-def]
+    """What the default mem_fraction_static holds back for a speculative draft (SGLangRules.spec_reserve_mib)."""
+    spec = req.sglang_spec
+    if spec is None or spec.algorithm == "NGRAM":
+        return 0
+    eagle, standalone = rules.spec_reserve_mib
+    return standalone if spec.algorithm == "STANDALONE" else eagle
+
+
+@dataclass(frozen=True, kw_only=True)
+class _DraftPool:
+    """The EAGLE draft's token pool beside the target's, by release (SGLangRules.spec_pool)."""
+
+    target_tokens: int  # the target's pool as SGLang logs it (max_total_num_tokens)
+    tokens: int  # the draft's pool
+    bytes: int  # what the pools hold beyond the target's profiled budget: the draft's pool and the target's extra
+    extra_note: str = ""
+
+    @classmethod
+    def of(cls, req: FitRequest, setup: Setup, eng, dtype, profiled: int) -> "_DraftPool | None":  # type: ignore[no-untyped-def]
+        spec = req.sglang_spec
+        if spec is None or spec.algorithm == "NGRAM" or not spec.drafter.layers:
+            return None
+        tp = attn_tp(req)
+        draft_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in spec.drafter.layers)
+        target_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in allocated_layers(req.spec, req.spec.layers))
+        how = setup.profile.rules.spec_pool
+        # max_running_requests: 48 where speculative decoding leaves it unset (0.4.6 on: server_args.py)
+        reqs = req.max_num_seqs or 48
+        if how == "target":
+            return cls(target_tokens=profiled, tokens=profiled, bytes=profiled * draft_cell)
+        if how == "draft_extra":  # 0.4.3: the draft's pool = profiled + requests x steps + 100
+            n = profiled + reqs * spec.num_steps + 100
+            return cls(target_tokens=profiled, tokens=n, bytes=n * draft_cell)
+        n = profiled + reqs * spec.tokens_a_request + 100  # both pools, 0.4.6 to 0.5.6
+        return cls(target_tokens=n, tokens=n, bytes=n * draft_cell + (n - profiled) * target_cell,
+                   extra_note=f", and the target's {n - profiled:,} tokens beyond its profiled {profiled:,}")
 
 
 # SGLang's multimodal architectures (0.5.10: configs/model_config.py::multimodal_model_archs), and those whose

@@ -22,6 +22,12 @@ class SGLangRules:
     # how the default mem_fraction_static is chosen: by_tp (0.4.0), by_tp_large (0.4.6), v047 (0.4.7),
     # by_class (0.4.8), reserve (0.5.3), reserve_piecewise (0.5.10: piecewise CUDA graphs on by default)
     default_fraction: str
+    # --speculative-algorithm's share of the default reserve, MiB: (the EAGLE family, STANDALONE); NGRAM adds none
+    spec_reserve_mib: tuple[int, int] = (0, 0)
+    # the EAGLE family's token pools: "draft_extra" (the draft's pool = profiled + requests x steps + 100, 0.4.3),
+    # "both_extra" (both pools = profiled + requests x (steps x topk + draft tokens) + 100, 0.4.6 to 0.5.6),
+    # "target" (both pools = the profiled count, 0.5.7 on); the draft's KV and weights come out of the reserve
+    spec_pool: str = "draft_extra"
 
 
 CHECKED_THROUGH = "0.5.10"
@@ -32,21 +38,30 @@ def _profiles() -> tuple[EngineProfile, ...]:
     return chain("sglang", "SGLang", [
         ("0.4.0", SGLangRules(default_fraction="by_tp"),
          (f"mem_fraction_static by tp: >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87, else 0.88 (0.4.0: {src})",)),
-        ("0.4.6", SGLangRules(default_fraction="by_tp_large"),
-         (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",)),
-        ("0.4.7", SGLangRules(default_fraction="v047"),
+        ("0.4.6", SGLangRules(default_fraction="by_tp_large", spec_pool="both_extra"),
+         (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",
+          "EAGLE: target and draft pools both hold the profiled tokens + max_running_requests x (steps x topk + "
+          "draft tokens) + 100 (0.4.6: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
+        ("0.4.7", SGLangRules(default_fraction="v047", spec_pool="both_extra"),
          (f"by tp x pp up to 80 GiB, else 0.88; above 180,000 MiB 0.79; above 96 GiB a 48 GiB-based rule "
           f"(0.4.7: {src})",)),
-        ("0.4.8", SGLangRules(default_fraction="by_class"),
-         (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp (0.4.8: {src})",)),
-        ("0.5.3", SGLangRules(default_fraction="reserve"),
+        ("0.4.8", SGLangRules(default_fraction="by_class", spec_reserve_mib=(2048, 2048), spec_pool="both_extra"),
+         (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp, 2 GiB more with speculative "
+          f"decoding (0.4.8: {src})",)),
+        ("0.5.3", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="both_extra"),
          (f"reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x "
-          f"1024, at least 10 GiB above 60 GiB (0.5.3: {src}::_handle_gpu_memory_settings)",)),
-        ("0.5.10", SGLangRules(default_fraction="reserve_piecewise"),
+          f"1024, at least 10 GiB above 60 GiB, then 2 GiB for an EAGLE draft, 6 for STANDALONE (0.5.3: "
+          f"{src}::_handle_gpu_memory_settings)",)),
+        ("0.5.7", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="target"),
+         ("EAGLE: both pools hold the profiled tokens, sized on the target's cell alone; the draft's pool and "
+          "weights come out of the reserve (0.5.7: python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py; "
+          "0.5.6: model_runner.py added requests x (steps x topk + draft tokens) + 100)",)),
+        ("0.5.10", SGLangRules(default_fraction="reserve_piecewise", spec_reserve_mib=(4096, 6144), spec_pool="target"),
          (f"piecewise CUDA graphs on by default (opt-in up to 0.5.9): the reserve adds 8 MiB a piecewise capture size "
           f"up to chunked_prefill_size, 1.5 GiB for an MLA model, unless they are off (DP attention, pp > 1, a "
           f"multimodal or listed architecture); read through {CHECKED_THROUGH} (0.5.10: "
-          f"{src}::_handle_gpu_memory_settings, _handle_piecewise_cuda_graph)",)),
+          f"{src}::_handle_gpu_memory_settings, _handle_piecewise_cuda_graph)",
+          f"an EAGLE-family draft holds back 4 GiB (6 for STANDALONE) after the 10 GiB floor (0.5.10: {src})")),
     ])
 
 
@@ -61,11 +76,12 @@ def _by_tp(tp: int) -> float:
 
 
 def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int, reserve_rule: "callable",  # type: ignore[valid-type]
-                     dp_attention: int = 0, piecewise_mib: float = 0) -> float:
+                     dp_attention: int = 0, piecewise_mib: float = 0, spec_mib: float = 0) -> float:
     """The default mem_fraction_static of this release for a GPU of ``memory_bytes`` (total, as
     ``get_device_memory_capacity`` reports it); ``dp_attention``: the attention DP size (0: off), whose
     gathered buffers and graphs the release holds back from 0.4.8 (docs/research/dp-ep-dcp.md 1.4);
-    ``piecewise_mib``: the piecewise CUDA graphs' reserve where they run (reserve_piecewise releases)."""
+    ``piecewise_mib``: the piecewise CUDA graphs' reserve where they run (reserve_piecewise releases); ``spec_mib``:
+    a speculative draft's (SGLangRules.spec_reserve_mib, from 0.4.8)."""
     mem_mib = memory_bytes / MiB
     if rules.default_fraction == "by_tp":
         return _by_tp(tp)
@@ -92,6 +108,6 @@ def default_fraction(rules: SGLangRules, memory_bytes: int, tp: int, pp: int, re
             reserved = 32 * GiB_MIB
         if dp_attention:  # 0.4.8-0.5.2: 4096 MiB more (server_args.py::ServerArgs.__post_init__)
             reserved += 4096
-        return round((mem_mib - reserved) / mem_mib, 3)
+        return round((mem_mib - reserved - spec_mib) / mem_mib, 3)
     return reserve_rule(memory_bytes, tp, pp, dp_attention,
-                        piecewise_mib if rules.default_fraction == "reserve_piecewise" else 0)
+                        piecewise_mib if rules.default_fraction == "reserve_piecewise" else 0, spec_mib)

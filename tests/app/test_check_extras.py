@@ -1,0 +1,57 @@
+"""`check` budgets with a speculative drafter or LoRA slots measure what `fit` and `size` say for the same flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+BIG = 10**12
+
+
+def _json(*args: str) -> dict:
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)
+
+
+def _check(tmp_path, budget: dict) -> dict:
+    path = tmp_path / "budgets.yaml"
+    path.write_text(json.dumps({"budgets": [{"name": "b", **budget}]}))
+    return {r["limit"]: r["value"] for r in _json("check", str(path))["results"]}
+
+
+@pytest.mark.parametrize("extra, flags", [
+    ({"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}},
+     ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']),
+    ({"engine": "sglang", "speculative_algorithm": "NEXTN"}, ["--engine", "sglang", "--speculative-algorithm", "NEXTN"]),
+])
+def test_a_drafters_budget_is_fits(tmp_path, extra, flags):
+    budget = {"model": "deepseek-v3", "gpu": "H200", "tensor_parallel_size": 8, "max_model_len": 32768, **extra,
+              "require": {"min_kv_cache_tokens": 1, "max_kv_bytes_per_token": BIG}}
+    checked = _check(tmp_path, budget)
+    fitted = _json("fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", "--max-model-len", "32768", *flags)
+    assert checked["min_kv_cache_tokens"] == fitted["kv_cache_tokens"]
+    # the MTP layer's KV a token beside the 61 layers': 62 MLA latents of (512 + 64) x 2 B, on each of the 8 GPUs
+    assert checked["max_kv_bytes_per_token"] == 8 * 62 * 1152
+
+
+def test_a_lora_budget_is_fits(tmp_path):
+    budget = {"model": "llama3.1-8b", "gpu": "H100-80GB", "enable_lora": True, "max_loras": 4,
+              "require": {"min_kv_cache_tokens": 1}}
+    fitted = _json("fit", "llama3.1-8b", "--gpu", "H100-80GB", "--enable-lora", "--max-loras", "4")
+    assert _check(tmp_path, budget)["min_kv_cache_tokens"] == fitted["kv_cache_tokens"]
+    plain = _json("fit", "llama3.1-8b", "--gpu", "H100-80GB")
+    assert fitted["kv_cache_tokens"] < plain["kv_cache_tokens"]
+
+
+def test_a_budget_kvplan_cannot_plan_says_which(tmp_path):
+    path = tmp_path / "budgets.yaml"
+    path.write_text(json.dumps({"budgets": [{"name": "moe", "model": "qwen3-30b-a3b", "gpu": "H100-80GB",
+                                             "enable_lora": True, "require": {"min_kv_cache_tokens": 1}}]}))
+    r = runner.invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "budget 'moe': qwen3-30b-a3b: LoRA on routed experts" in r.output

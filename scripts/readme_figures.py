@@ -237,6 +237,19 @@ def engine_profiles() -> str:
     return "\n".join(out).rstrip()
 
 
+PLAN_DENSE = ("plan", "llama3.1-70b", "--max-model-len", "32k", "--concurrency", "64", "--engine", "vllm==0.20.0",
+              "--gpus", "L40S,A100-80GB,H100-80GB,H200", "--price", "L40S=0.90,A100-80GB=1.30,H100-80GB=3.00,H200=4.00",
+              "--top", "5")
+PLAN_MOE = ("plan", "deepseek-v3", "--max-model-len", "32k", "--concurrency", "64", "--engine", "vllm==0.20.0",
+            "--gpus", "H100-80GB,H200,B200", "--top", "5")
+
+
+def plan_examples() -> str:
+    """`kvplan plan` for a dense and an MoE model, as a CI log shows them."""
+    return "\n\n".join("```\n$ kvplan " + " ".join(a if " " not in a else repr(a) for a in args) + "\n"
+                       + kvplan(*args) + "\n```" for args in (PLAN_DENSE, PLAN_MOE))
+
+
 def _this_checkout() -> dict[str, str]:
     """The environment for a benchmark script: this checkout's kvplan first on the path (a script's own
     folder, not the checkout, starts sys.path, and an installed kvplan may be another checkout's)."""
@@ -259,6 +272,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "explain-accuracy": explain_accuracy,
     "validation-cpu": validation_cpu,
     "validation-gpu": validation_gpu,
+    "plan-examples": plan_examples,
     "simulate-paper": simulate_paper,
 }
 def timings_simulate() -> str:

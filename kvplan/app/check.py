@@ -10,7 +10,7 @@ from typing import Any
 
 from kvplan.core.units import GiB
 from kvplan.errors import ConfigError, InputError
-from kvplan.io.budgets import FIT_LIMITS, SIMULATION_LIMITS, SIZE_LIMITS, Budget
+from kvplan.io.budgets import FIT_LIMITS, PLAN_LIMITS, SIMULATION_LIMITS, SIZE_LIMITS, Budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +48,8 @@ def measure(budget: Budget, origin: Path) -> Measured:
             _measure_size(budget, spec, asked, out, why)
         if asked.keys() & set(FIT_LIMITS):
             _measure_fit(budget, spec, asked, out, why)
+        if asked.keys() & set(PLAN_LIMITS):
+            _measure_plan(budget, spec, asked, out, why)
     if asked.keys() & set(SIMULATION_LIMITS):
         _measure_simulation(budget, origin, asked, out, why)
     thresholds = {key: float(limit) for key, limit in asked.items()}  # sizes are bytes already (Require._bytes)
@@ -100,16 +102,46 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
                                    f"{f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
 
 
+def _measure_plan(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
+    """The cheapest deployment `kvplan plan` finds for the budget's model and target (its gpu alone, when named)."""
+    from kvplan.app.plan import plan_model
+
+    max_len = budget.max_model_len or spec.max_model_len
+    report = plan_model(budget.model or spec.name, max_model_len=max_len, concurrency=budget.concurrency or 1,
+                        gpus=budget.gpu, engines=budget.engine, kv_cache_dtypes=budget.kv_cache_dtype,
+                        gpu_memory_utilization=budget.gpu_memory_utilization, prices=budget.prices or {})
+    target = f"{budget.concurrency} requests of {max_len:,} tokens"
+    if not report.result.ranked:
+        out.update(max_gpus=float("inf"), max_cost_per_hour=float("inf"))
+        closest = "; ".join(x.why for x in report.result.rejected[:2])
+        why["max_gpus"] = why["max_cost_per_hour"] = f"no deployment in the space holds {target}: {closest}"
+        return
+    top = report.result.ranked[0]
+    out.update(max_gpus=top.num_gpus, max_cost_per_hour=top.cost_per_hour if top.cost_per_hour is not None else 0)
+    plan = f"{top.num_gpus} x {top.gpu.name} ({top.flags})"
+    which = "the cheapest deployment that holds" if report.result.priced else "the fewest GPUs that hold"
+    why["max_gpus"] = f"{top.num_gpus} GPUs > {asked.get('max_gpus')}: {which} {target}: {plan}"
+    why["max_cost_per_hour"] = (f"{top.cost_per_hour or 0:,.2f} an hour > {asked.get('max_cost_per_hour')}: the "
+                                f"cheapest that holds {target} is {plan}")
+
+
 def _extras(budget: Budget, spec: Any, choice: Any) -> Any:
     """The budget's drafter and LoRA slots, as `kvplan fit` builds them from the same flags."""
     from kvplan.app.fit import LoRAFlags, SGLangFlags, extras
     from kvplan.io.speculative import parse_speculative_config
 
-    return extras(spec, choice, speculative=parse_speculative_config(budget.speculative_config),
-                  sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm)
-                                      if budget.speculative_algorithm else None),
-                  lora=(LoRAFlags(max_loras=budget.max_loras, max_rank=budget.max_lora_rank)
-                        if budget.enable_lora else None))
+    try:
+        return extras(spec, choice, speculative=parse_speculative_config(budget.speculative_config),
+                      sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm)
+                                          if budget.speculative_algorithm else None),
+                      lora=(LoRAFlags(max_loras=budget.max_loras, max_rank=budget.max_lora_rank)
+                            if budget.enable_lora else None))
+    except InputError as exc:  # the flags' names as a budget spells them
+        text = str(exc)
+        for flag, key in (("--speculative-config", "speculative_config"),
+                          ("--speculative-algorithm", "speculative_algorithm"), ("--enable-lora", "enable_lora")):
+            text = text.replace(flag, key)
+        raise InputError(text) from None
 
 
 def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:

@@ -132,6 +132,9 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
                  f"{predicted.max_model_len}, with the rules of {profile.display} {profile.version}")
     if req.drafter is not None:
         notes.append(req.drafter.note)
+    elif log.speculative_config:
+        notes.append(f"the log's speculative_config {log.speculative_config} is not modelled: its drafter's KV "
+                     "layers and weights are left out of the prediction (it is high)")
     notes += [n for n in predicted.notes if n.startswith("vLLM warns")]  # the warnings the log should show too
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
                       hub=resolved.hub)
@@ -202,11 +205,8 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
     from kvplan.core.capacity.common import FitRequest
 
-    from kvplan.app.fit import make_drafter
-    from kvplan.io.speculative import parse_speculative_config
-
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
-    drafter = make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
+    drafter = _log_drafter(spec, profile, log)
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                       pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
                       expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
@@ -219,6 +219,18 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
                       mamba_cache_mode=_mamba_cache_mode(log, profile),
                       # the log's max_model_len is the one vLLM started with: past the model's, the variable was set
                       allow_long_max_model_len=True)
+
+
+def _log_drafter(spec: ModelSpec, profile: EngineProfile, log: VLLMLog):  # type: ignore[no-untyped-def]
+    """The drafter the log's speculative_config builds, or None where kvplan does not model it (the prediction
+    then leaves it out and says so: _predict's notes)."""
+    from kvplan.app.fit import make_drafter
+    from kvplan.io.speculative import parse_speculative_config
+
+    try:
+        return make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
+    except InputError:
+        return None
 
 
 def _mamba_cache_mode(log: VLLMLog, profile: EngineProfile) -> str:

@@ -64,7 +64,8 @@ def _lora(engine: str, flags: LoRAFlags | None):  # type: ignore[no-untyped-def]
         raise InputError(f"--enable-lora: {engine}'s LoRA memory is not modelled (vLLM and SGLang are)")
     n, r = _LORA_DEFAULTS[engine]
     chosen = targets(list(flags.target_modules)) or (targets(["all-linear"]) if engine == "sglang" else None)
-    settings = LoRASettings(max_loras=flags.max_loras or n, max_rank=flags.max_rank or r, targets=chosen)
+    settings = LoRASettings(max_loras=n if flags.max_loras is None else flags.max_loras,
+                            max_rank=r if flags.max_rank is None else flags.max_rank, targets=chosen)
     modules = "every module the engine supports" if chosen is None else ", ".join(sorted(chosen))
     return settings, (f"LoRA: {settings.max_loras} slot{'s' if settings.max_loras > 1 else ''} of rank "
                       f"{settings.max_rank} on {modules}, allocated at start beside the weights")
@@ -201,14 +202,32 @@ def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None
     if sglang_speculative is not None:
         from kvplan.core.spec_decode import sglang_drafter
 
+        _sglang_spec_release(choice)
         f = sglang_speculative
         sglang_spec = sglang_drafter(spec, f.algorithm, num_steps=f.num_steps, topk=f.eagle_topk,
                                      num_draft_tokens=f.num_draft_tokens)
         drafter = sglang_spec.drafter
     settings, lora_note = _lora(choice.name, lora)
-    notes = tuple(n for n in (drafter.note if drafter is not None else None, lora_note) if n)
+    unpinned = (f"SGLang {SGLANG_SPEC_REWRITTEN} and later count the draft in the static budget: these are the rules "
+                "to 0.5.13 (pin --engine sglang==X.Y.Z)") if sglang_spec is not None and not choice.asked else None
+    notes = tuple(n for n in (drafter.note if drafter is not None else None, unpinned, lora_note) if n)
     return Extras(drafter=drafter, sglang_spec=sglang_spec, lora=settings, num_speculative_tokens=tokens,
                   notes=notes)
+
+
+# SGLang 0.5.14 counts the draft's weights and KV in the static budget (pool_configurator.py: cell x (1 + D / L)) and
+# drops the draft's reserve (docs/research/spec-decode-lora.md 2.2, 2.3); kvplan's SGLang rules are read through 0.5.10
+SGLANG_SPEC_REWRITTEN = "0.5.14"
+
+
+def _sglang_spec_release(choice) -> None:  # type: ignore[no-untyped-def]
+    """Refuse a pinned SGLang release whose draft budget kvplan has not read."""
+    from kvplan.core.profiles import Version
+
+    if choice.asked and Version.parse(choice.asked) >= Version.parse(SGLANG_SPEC_REWRITTEN):
+        raise InputError(f"--speculative-algorithm with SGLang {choice.asked}: from {SGLANG_SPEC_REWRITTEN} SGLang "
+                         "counts the draft in the static budget (cell x (1 + draft layers / layers)), which kvplan's "
+                         "SGLang rules (read through 0.5.10) do not; plan with --engine sglang==0.5.13 or earlier")
 
 
 def _without_extras(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
@@ -231,14 +250,18 @@ def _without_extras(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[
             f"{result.max_concurrency:.2f})",)
 
 
+# The MTP modules that build an LM head of their own (shared_head.head) before vLLM 0.16.0 took the target's: 0.14.0
+# model_executor/models/deepseek_mtp.py, glm4_moe_mtp.py, longcat_flash_mtp.py and mimo_mtp.py
+MTP_OWN_HEAD_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe", "longcat_flash", "mimo"})
+
+
 def make_drafter(spec, profile, speculative):  # type: ignore[no-untyped-def]
     """The drafter vLLM ``profile``'s release builds for --speculative-config (kvplan.core.spec_decode); None: none."""
     if speculative is None:
         return None
     from kvplan.core.spec_decode import drafter
 
-    own_head = (not profile.rules.mtp_shares_head
-                and spec.model_type in ("deepseek_v3", "deepseek_v32", "deepseek_v2"))
+    own_head = not profile.rules.mtp_shares_head and spec.model_type in MTP_OWN_HEAD_TYPES
     return drafter(spec, speculative.method, speculative.num_speculative_tokens, mtp_own_head=own_head)
 
 

@@ -29,7 +29,14 @@ def plan_simulation(path: Path, *, engine: str | None = None, simulator: str | N
                     allocators: list[str] | None = None, placement: str | None = None) -> SimulationPlan:
     """Everything a run needs, decided once: ``engine`` overrides serving.engine, ``simulator`` scheduler.model,
     ``allocators``/``placement`` the file's (event engine)."""
-    wf = read_workload(path, engine)
+    return plan_workload(read_workload(path, engine), path, simulator=simulator, allocators=allocators,
+                         placement=placement)
+
+
+def plan_workload(wf: WorkloadFile, path: Path, *, simulator: str | None = None, allocators: list[str] | None = None,
+                  placement: str | None = None) -> SimulationPlan:
+    """``plan_simulation`` of a workload already read (``path``: where its relative paths start; `kvplan plan`
+    replaces the serving block with each deployment it simulates)."""
     serving = _serving(wf, path)
     notes: list[str] = [serving.engine.note] if serving.engine.note else []  # the release asked, the profile taken
     wanted, why = choose_simulator(wf, path, serving, simulator)

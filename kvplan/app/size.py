@@ -33,6 +33,7 @@ class SizeReport:
     model_notes: tuple[str, ...]  # the config's resolutions, and a length past the model's
     engine_notes: tuple[str, ...]  # the engine's choices: release, block size, an uneven tp
     hub: HubConfig | None = None  # what the Hub answered, when asked
+    drafter: Any = None  # --speculative-config's drafter (kvplan.core.spec_decode.Drafter), its layers in ``spec``
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -70,15 +71,15 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
         return _measured(exc, model, choice, batch=batch, seq_len=seq_len, given=_given_flags(
             tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype, block_size=block_size))
     spec = resolved.spec
-    draft_note = None
+    draft_note, drafted = None, None
     if speculative is not None:
         from kvplan.core.spec_decode import drafter, with_drafter
 
-        if choice.name == "hf":
-            raise InputError("--speculative-config: transformers' cache holds no MTP drafter; size it with an engine "
-                             "(vllm, sglang) or ideal")
+        if choice.name in ("hf", "trtllm"):
+            raise InputError(f"--speculative-config: {'transformers cache' if choice.name == 'hf' else 'TensorRT-LLM'}"
+                             " is not modelled with a drafter; size it with vllm, sglang or ideal")
         d = drafter(spec, speculative.method, speculative.num_speculative_tokens)
-        spec, draft_note = with_drafter(spec, d), d.note
+        spec, draft_note, drafted = with_drafter(spec, d), d.note, d
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
@@ -90,7 +91,7 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
                       engine_version=choice.version, seq_len_is_model_max=defaulted,
                       model_notes=tuple(size_notes(spec, seq)),
                       engine_notes=tuple(n for n in (choice.note, engine_note, uneven, draft_note) if n),
-                      hub=resolved.hub)
+                      hub=resolved.hub, drafter=drafted)
 
 
 def resolve_seq_len(spec: ModelSpec, seq_len: int | None) -> tuple[int, bool]:

@@ -15,10 +15,11 @@ from typing import Any
 COMMAND_MODULES = {
     "size": "size", "models": "models", "show": "models", "examples": "examples",
     "fit": "fit", "gpus": "gpus", "explain": "explain", "simulate": "simulate", "schema": "schema",
-    "check": "check", "validate": "validate", "engines": "engines",
+    "check": "check", "validate": "validate", "engines": "engines", "plan": "plan",
 }
 # the order `kvplan --help` lists the commands in (each module registers its own on import)
-_ORDER = ("check", "engines", "explain", "fit", "gpus", "schema", "simulate", "size", "models", "examples", "validate")
+_ORDER = ("check", "engines", "explain", "fit", "gpus", "plan", "schema", "simulate", "size", "models", "examples",
+          "validate")
 
 
 def load_commands(only: str | None = None) -> Any:

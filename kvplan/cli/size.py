@@ -83,6 +83,9 @@ def size_json(report: SizeReport) -> dict[str, Any]:
                     "bytes": g.total_bytes, "per_gpu_bytes": g.per_gpu_bytes, "formula": g.formula}
                    for g in r.groups],
         "notes": list(report.notes), "engine_version": report.engine_version, "fetched": fetched_json(report.hub),
+        # --speculative-config: the drafter whose KV layers the figures above include (null: none)
+        "speculative": ({"method": d.method, "num_speculative_tokens": d.num_speculative_tokens,
+                         "draft_kv_layers": d.kv_layers} if (d := report.drafter) is not None else None),
     }
 
 
@@ -98,7 +101,7 @@ def measured_json(report: MeasuredSizeReport) -> dict[str, Any]:
         "total_bytes": m.total_bytes, "per_gpu_bytes": m.total_bytes, "token_state_bytes": None,
         "layers": [{"kind": "measured", "description": "measured", "count": len(idx), "layer_indices": idx,
                     "bytes": held * len(idx), "per_gpu_bytes": held * len(idx)} for held, idx in m.layer_groups()],
-        "notes": list(report.notes), "fetched": None,
+        "notes": list(report.notes), "fetched": None, "speculative": None,
     }
 
 

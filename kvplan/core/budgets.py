@@ -9,7 +9,7 @@ LIMIT_KINDS = {
     "max_kv_bytes_per_token": "max", "max_kv_bytes": "max", "max_kv_bytes_per_gpu": "max",
     "min_kv_cache_tokens": "min", "min_max_concurrency": "min", "max_model_len_must_fit": "must",
     "min_headroom_frac": "min", "min_token_states_frac": "min", "max_preemptions": "max", "max_rejected": "max",
-    "min_completed": "min",
+    "min_completed": "min", "max_gpus": "max", "max_cost_per_hour": "max",
 }
 
 

@@ -34,6 +34,7 @@ NO_DRAFT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 # MTP layers a config leaves unsaid: vLLM reads getattr(config, "num_nextn_predict_layers", 1) for Qwen3-Next
 # (qwen3_next_mtp.py); Qwen 3.5's published configs give mtp_num_hidden_layers 1 (kvplan's bundled notes)
 _MTP_DEFAULT_ONE = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+_MTP_SPLIT_FC = _MTP_DEFAULT_ONE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +45,8 @@ class Drafter:
     num_speculative_tokens: int
     layers: tuple[Layer, ...] = ()  # attention layers added to the KV cache (the last pipeline stage holds them)
     repeat_layers: tuple[int, ...] = ()  # target layers whose shape the drafter builds again (MTP)
-    extra_whole_params: int = 0  # parameters every rank holds whole (eh_proj, the norms)
+    extra_whole_params: int = 0  # parameters every rank holds whole (DeepSeek's eh_proj, the norms)
+    extra_split_params: int = 0  # parameters split over TP (Qwen3-Next's and Qwen 3.5's fc: a ColumnParallelLinear)
     own_head: bool = False  # an LM head of its own (vocab x hidden, split over TP as the target's)
     note: str = ""
 
@@ -91,12 +93,16 @@ def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_ow
         raise InputError(f"{spec.name} has no full-attention layer for an MTP layer to copy")
     last = full[-1]
     hidden = spec.hidden_size
-    # eh_proj (2h -> h) and enorm, hnorm and the shared head's norm (h each): deepseek_mtp.py, qwen3_next_mtp.py
-    extra = 2 * hidden * hidden + 3 * hidden
+    # the projection of [embedding, hidden] (2h -> h) and three norms (h each): DeepSeek's eh_proj is a plain
+    # nn.Linear, whole on every rank (deepseek_mtp.py); Qwen3-Next's and Qwen 3.5's fc a ColumnParallelLinear, split
+    # over TP (vLLM 0.20.0 qwen3_next_mtp.py, qwen3_5_mtp.py)
+    split_fc = spec.model_type in _MTP_SPLIT_FC or _text(spec).get("model_type") in _MTP_SPLIT_FC
+    fc, norms = 2 * hidden * hidden, 3 * hidden
     layers = (spec.layers[last],) * n
     tokens = f"{num_speculative_tokens} token{'s' if num_speculative_tokens > 1 else ''}"
     return Drafter(method="mtp", num_speculative_tokens=num_speculative_tokens, layers=layers,
-                   repeat_layers=(last,) * n, extra_whole_params=n * extra, own_head=mtp_own_head,
+                   repeat_layers=(last,) * n, extra_whole_params=n * (norms + (0 if split_fc else fc)),
+                   extra_split_params=n * fc if split_fc else 0, own_head=mtp_own_head,
                    note=(f"speculative decoding (mtp, {tokens}): {n} MTP layer{'s' if n > 1 else ''} in the KV cache "
                          "and the weights" + ("; its LM head its own (vLLM before 0.16.0)" if mtp_own_head else "")))
 
@@ -140,7 +146,14 @@ def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = N
         raise InputError(f"--speculative-algorithm {algorithm!r}: SGLang's are {', '.join(SGLANG_ALGORITHMS)}")
     arch = (spec.raw_config.get("architectures") or ["?"])[0]
     steps, k, drafts = _SGLANG_AUTO.get(arch, (3, 1, 4))
-    steps, k, drafts = num_steps or steps, topk or k, num_draft_tokens or drafts
+    given = {"--speculative-num-steps": num_steps, "--speculative-eagle-topk": topk,
+             "--speculative-num-draft-tokens": num_draft_tokens}
+    bad = [f"{flag} {v}" for flag, v in given.items() if v is not None and v < 1]
+    if bad:
+        raise InputError(f"{', '.join(bad)}: each must be at least 1")
+    steps = steps if num_steps is None else num_steps
+    k = k if topk is None else topk
+    drafts = drafts if num_draft_tokens is None else num_draft_tokens
     if algo == "NGRAM":
         return SGLangSpeculative(algorithm="NGRAM", num_steps=steps, topk=k, num_draft_tokens=drafts,
                                  drafter=Drafter(method="NGRAM", num_speculative_tokens=drafts,
@@ -158,7 +171,8 @@ def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = N
     return SGLangSpeculative(algorithm="EAGLE", num_steps=steps, topk=k, num_draft_tokens=drafts,
                              drafter=Drafter(method="EAGLE", num_speculative_tokens=drafts, layers=base.layers,
                                              repeat_layers=base.repeat_layers,
-                                             extra_whole_params=base.extra_whole_params, note=note))
+                                             extra_whole_params=base.extra_whole_params,
+                                             extra_split_params=base.extra_split_params, note=note))
 
 
 def with_drafter(spec: ModelSpec, d: Drafter | None) -> ModelSpec:

@@ -56,6 +56,10 @@ class Require(BaseModel):
         "Most requests the workload's simulation may reject (e.g. longer than the KV pool)."))
     min_completed: int | None = Field(None, ge=0, le=MAX_COUNT, description=(
         "Fewest requests the workload's simulation must complete."))
+    max_gpus: int | None = Field(None, ge=1, le=1024, description=(
+        "Most GPUs the cheapest deployment holding `concurrency` requests of max_model_len may take (`kvplan plan`)."))
+    max_cost_per_hour: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+        "Highest cost per hour of the cheapest deployment holding the target, at the budget's `prices`."))
 
     @field_validator("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
     @classmethod
@@ -66,6 +70,7 @@ class Require(BaseModel):
 SIMULATION_LIMITS = ("min_token_states_frac", "max_preemptions", "max_rejected", "min_completed")
 FIT_LIMITS = ("min_kv_cache_tokens", "min_max_concurrency", "max_model_len_must_fit", "min_headroom_frac")
 SIZE_LIMITS = ("max_kv_bytes_per_token", "max_kv_bytes", "max_kv_bytes_per_gpu")
+PLAN_LIMITS = ("max_gpus", "max_cost_per_hour")
 
 
 class Budget(BaseModel):
@@ -118,6 +123,11 @@ class Budget(BaseModel):
         "Tokens per sequence for max_kv_bytes, e.g. 8192 or 8k (default max_model_len)."))
     workload: str | None = Field(None, description=(
         "A workload file (`kvplan simulate`) relative to this file, or a bundled workload's name (`kvplan examples`)."))
+    concurrency: int | None = Field(None, ge=1, le=MAX_BATCH, description=(
+        "Plan limits: requests of max_model_len tokens the deployment must hold at once (`kvplan plan -c`)."))
+    prices: dict[str, float] | None = Field(None, description=(
+        "Plan limits: GPU name to a price per GPU-hour; max_cost_per_hour needs them, and only priced GPUs are "
+        "searched. Without `gpu`, the plan searches every catalog GPU of 40 GiB or more."))
     allocator: str = Field("paged-16", description="Allocator whose simulation the limits apply to (default paged-16).")
     require: Require = Field(description="The limits; at least one.")
 
@@ -159,6 +169,14 @@ class Budget(BaseModel):
             raise ValueError(f"{', '.join(sorted(asked & set(SIMULATION_LIMITS)))} need a workload file")
         if asked - set(SIMULATION_LIMITS) and not self.model:
             raise ValueError(f"{', '.join(sorted(asked - set(SIMULATION_LIMITS)))} need a model")
+        if (self.max_loras is not None or self.max_lora_rank is not None) and not self.enable_lora:
+            raise ValueError("max_loras and max_lora_rank go with enable_lora: true")
+        if asked & set(PLAN_LIMITS) and not self.concurrency:
+            raise ValueError(f"{', '.join(sorted(asked & set(PLAN_LIMITS)))} need a concurrency (requests at once)")
+        if "max_cost_per_hour" in asked and not self.prices:
+            raise ValueError("max_cost_per_hour needs prices (GPU name: price per GPU-hour)")
+        if asked & set(PLAN_LIMITS) and self.engine_choice().name not in SERVING:
+            raise ValueError("plan limits need engine vllm, sglang or trtllm")
         if asked & set(FIT_LIMITS) and not (self.gpu or self.gpu_memory):
             raise ValueError(f"{', '.join(sorted(asked & set(FIT_LIMITS)))} need a gpu (or gpu_memory)")
         if asked & set(FIT_LIMITS) and self.engine_choice().name not in SERVING:

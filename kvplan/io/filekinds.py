@@ -43,6 +43,9 @@ KINDS = {
         name="a model's config.json", command="kvplan size FILE",
         marks=frozenset({"model_type", "architectures", "num_hidden_layers", "hidden_size"}),
         holds="the model's hyperparameters"),
+    "prices": FileKind(
+        name="a prices file", command="kvplan plan MODEL --prices FILE", marks=frozenset({"prices"}),
+        holds="`prices:`, GPU names (`kvplan gpus`) to a price an hour (configs/prices/example-2026-05.yaml)"),
     "check output": FileKind(
         name="the output of `kvplan check --json`", command="kvplan check BUDGETS --baseline FILE",
         marks=frozenset({"passed", "results"}), holds="`passed` and `results`"),

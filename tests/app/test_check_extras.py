@@ -55,3 +55,37 @@ def test_a_budget_kvplan_cannot_plan_says_which(tmp_path):
                                              "enable_lora": True, "require": {"min_kv_cache_tokens": 1}}]}))
     r = runner.invoke(app, ["check", str(path)])
     assert r.exit_code == 2 and "budget 'moe': qwen3-30b-a3b: LoRA on routed experts" in r.output
+
+
+def test_plan_limits_measure_what_plan_finds(tmp_path):
+    budget = {"model": "llama3.1-8b", "engine": "vllm==0.20.0", "max_model_len": 32768, "concurrency": 24,
+              "prices": {"L40S": 0.9, "H100-80GB": 3.0}, "require": {"max_gpus": 64, "max_cost_per_hour": 1000}}
+    checked = _check(tmp_path, budget)
+    planned = _json("plan", "llama3.1-8b", "--engine", "vllm==0.20.0", "--max-model-len", "32768",
+                    "--concurrency", "24", "--price", "L40S=0.9,H100-80GB=3.0")["plans"][0]
+    assert checked == {"max_gpus": planned["num_gpus"], "max_cost_per_hour": pytest.approx(planned["cost_per_hour"])}
+
+
+def test_plan_limits_need_a_target_and_prices(tmp_path):
+    path = tmp_path / "budgets.yaml"
+    path.write_text(json.dumps({"budgets": [{"name": "b", "model": "llama3.1-8b", "require": {"max_gpus": 4}}]}))
+    r = runner.invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "need a concurrency" in r.output
+    path.write_text(json.dumps({"budgets": [{"name": "b", "model": "llama3.1-8b", "concurrency": 4,
+                                             "require": {"max_cost_per_hour": 4}}]}))
+    r = runner.invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "needs prices" in r.output
+
+
+@pytest.mark.parametrize("budget, match", [
+    ({"max_loras": 4}, "go with enable_lora"),
+    ({"engine": "trtllm", "speculative_config": {"method": "mtp", "num_speculative_tokens": 1}},
+     "speculative_config is vLLM's"),
+])
+def test_a_budgets_keys_are_named_as_a_budget_spells_them(tmp_path, budget, match):
+    path = tmp_path / "budgets.yaml"
+    path.write_text(json.dumps({"budgets": [{"name": "b", "model": "deepseek-v3", "gpu": "H200",
+                                             "tensor_parallel_size": 8, **budget,
+                                             "require": {"min_kv_cache_tokens": 1}}]}))
+    r = runner.invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and match in r.output and "--speculative" not in r.output

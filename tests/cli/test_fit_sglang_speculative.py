@@ -42,17 +42,34 @@ def test_the_pools_by_release(release, extra):
     assert out["breakdown"]["draft_weights"] > 0 and out["kv_cache_memory_bytes"] == plain["kv_cache_memory_bytes"]
 
 
-@pytest.mark.parametrize("release, mib", [("0.4.6", 0), ("0.4.8", 2048), ("0.5.3", 2048), ("0.5.10", 4096)])
+@pytest.mark.parametrize("release, mib", [("0.4.6", 0), ("0.4.8", 2048), ("0.5.3", 2048),
+                                          ("0.5.10", 4096 - 1536)])  # 0.5.10: no piecewise graphs (1.5 GiB, MLA)
 def test_the_default_fraction_holds_back_the_draft(release, mib):
     out = _fit(release, "--speculative-algorithm", "NEXTN")["settings"]["mem_fraction_static"]
     plain = _fit(release)["settings"]["mem_fraction_static"]
     assert out == pytest.approx(plain - mib / H200_MIB, abs=0.0011)  # both rounded to 3 places
 
 
-def test_ngram_has_no_draft_and_no_reserve_after_0_5_3():
+def test_ngram_has_no_draft_and_no_reserve_but_no_piecewise_graphs_either():
+    """0.5.10's _handle_piecewise_cuda_graph turns them off for any speculative algorithm (server_args.py)."""
     out = _fit("0.5.10", "--speculative-algorithm", "NGRAM")
-    assert out["settings"]["mem_fraction_static"] == _fit("0.5.10")["settings"]["mem_fraction_static"]
+    plain = _fit("0.5.10")["settings"]["mem_fraction_static"]
+    assert out["settings"]["mem_fraction_static"] == pytest.approx(plain + 1536 / H200_MIB, abs=0.0011)
     assert "draft_pool_tokens" not in out["settings"] and out["breakdown"]["draft_weights"] == 0
+
+
+def test_sglang_0_5_14_is_refused_and_an_unpinned_release_says_which_rules():
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--engine", "sglang==0.5.14", "--gpu", "H200", "-tp", "8",
+                            "--speculative-algorithm", "NEXTN"])
+    assert r.exit_code == 2 and "counts the draft in the static budget" in r.output
+    notes = _fit_any("--engine", "sglang", "--speculative-algorithm", "NEXTN")["notes"]
+    assert any("0.5.14 and later count the draft" in n for n in notes)
+
+
+def _fit_any(*args: str) -> dict:
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", *args, "--json"])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)
 
 
 def test_a_draft_the_reserve_cannot_hold_does_not_fit():
@@ -65,6 +82,7 @@ def test_a_draft_the_reserve_cannot_hold_does_not_fit():
     (["--speculative-algorithm", "EAGLE3"], "not counted yet"),
     (["--speculative-algorithm", "MEDUSA"], "SGLang's are"),
     (["--speculative-num-steps", "3"], "go with --speculative-algorithm"),
+    (["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "0"], "must be at least 1"),
     (["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], "SGLang takes --speculative-algorithm"),
 ])
 def test_what_cannot_be_planned_is_exit_2(args, match):

@@ -117,4 +117,37 @@ def test_size_counts_the_drafters_layers():
     assert (plain["bytes_per_token"], drafted["bytes_per_token"]) == (70_272, 71_424)
     assert any("1 MTP layer" in n for n in drafted["notes"])
     hf = runner.invoke(app, ["size", "deepseek-v3", "--engine", "hf", "--speculative-config", MTP1])
-    assert hf.exit_code == 2 and "no MTP drafter" in hf.output
+    assert hf.exit_code == 2 and "not modelled with a drafter" in hf.output
+
+
+def test_before_0_16_glms_mtp_layer_loads_its_own_lm_head_too():
+    args = ["glm4.7", "--gpu", "H200", "-tp", "8", "--max-model-len", "8k", "--speculative-config", MTP1]
+    old = _fit(*args, "--engine", "vllm==0.14.0")["breakdown"]["draft_weights"]
+    new = _fit(*args, "--engine", "vllm==0.16.0")["breakdown"]["draft_weights"]
+    assert old - new == 151_552 * 5_120 * 2 // 8  # glm4_moe_mtp.py's shared_head.head, split over tp 8
+
+
+def test_measured_weights_hold_the_drafter_already():
+    args = ["qwen3.5-27b", "--gpu", "H100-80GB", "--max-model-len", "32k", "--weights-memory", "52GiB"]
+    out = _fit(*args, "--speculative-config", MTP1)
+    assert out["breakdown"]["draft_weights"] == 0  # in the measured weights, as vLLM logs them
+    assert out["kv_cache_memory_bytes"] == _fit(*args)["kv_cache_memory_bytes"]
+
+
+def test_explain_predicts_without_a_drafter_it_does_not_model(tmp_path):
+    from pathlib import Path
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "vllm_logs" / "v1_club3090_dual_qwen36_27b_mtp3.log"
+    log = tmp_path / "dflash.log"
+    log.write_text(fixture.read_text().replace("'method': 'mtp'", "'method': 'dflash'"))
+    r = runner.invoke(app, ["explain", str(log), "--model", "qwen3.5-27b", "--gpu", "RTX-3090", "--engine",
+                            "vllm==0.20.1", "--weight-dtype", "int4-g128", "--json"])
+    assert r.exit_code == 0, r.output
+    assert any("'dflash'" in n and "not modelled" in n for n in json.loads(r.stdout)["notes"])
+
+
+def test_size_json_names_the_drafter_and_trtllm_is_refused():
+    r = runner.invoke(app, ["size", "deepseek-v3", "--seq-len", "1k", "--speculative-config", MTP1, "--json"])
+    assert json.loads(r.stdout)["speculative"] == {"method": "mtp", "num_speculative_tokens": 1, "draft_kv_layers": 1}
+    r = runner.invoke(app, ["size", "deepseek-v3", "--engine", "trtllm", "--speculative-config", MTP1])
+    assert r.exit_code == 2 and "not modelled with a drafter" in r.output

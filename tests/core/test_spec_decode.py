@@ -29,8 +29,10 @@ def test_an_mtp_layer_is_a_copy_of_the_last_full_attention_layer():
     d = drafter(spec, "qwen3_next_mtp", 2)
     last_full = max(i for i, x in enumerate(spec.layers) if x.kind is LayerKind.FULL)
     assert d.method == "mtp" and d.layers == (spec.layers[last_full],) and d.repeat_layers == (last_full,)
-    # eh_proj (2h -> h) and three norms, held whole by every rank
-    assert d.extra_whole_params == 2 * spec.hidden_size ** 2 + 3 * spec.hidden_size
+    # fc (2h -> h), a ColumnParallelLinear split over TP, and three norms held whole by every rank
+    assert d.extra_split_params == 2 * spec.hidden_size ** 2 and d.extra_whole_params == 3 * spec.hidden_size
+    ds = load_model("deepseek-v3")  # DeepSeek's eh_proj is a plain nn.Linear: whole on every rank
+    assert drafter(ds, "mtp", 1).extra_whole_params == 2 * ds.hidden_size ** 2 + 3 * ds.hidden_size
     assert not d.own_head and "mtp, 2 tokens" in d.note
 
 

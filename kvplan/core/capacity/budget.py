@@ -203,10 +203,13 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
     stages = []
     for s, layers, last in units:
         adapters = lora_stage_bytes(req, ranges, s if budget.per_stage else None)
+        # vLLM loads the drafter and the LoRA slots inside the profiler that logs "Model loading took": a measured
+        # --weights-memory holds them already (gpu_model_runner.py::load_model, 0.11.0 and 0.33.0)
+        loaded = req.weights_memory is not None and budget.engine == "vllm"
         c = Components(
-            weights=_stage_weights(req, budget, start.weights, s) + adapters.base_growth,
-            draft=draft_weight_bytes(req, start.weights) if last else 0,
-            lora=adapters.buffers,
+            weights=_stage_weights(req, budget, start.weights, s) + (0 if loaded else adapters.base_growth),
+            draft=draft_weight_bytes(req, start.weights) if last and not loaded else 0,
+            lora=0 if loaded else adapters.buffers,
             activation=given_or_estimate(req.activation_memory, "activation", estimated,
                                          partial(budget.activation, req, setup, last, first_stage=s == 0)),
             non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,

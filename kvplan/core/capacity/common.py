@@ -271,7 +271,8 @@ def draft_weight_bytes(req: FitRequest, weights: WeightBytes | None) -> int:
     keep = get_weight_format(req.weight_dtype if req.weight_dtype in ("fp32", "fp16", "bf16") else req.spec.dtype)
     arch = req.spec.arch
     head = -(-arch.vocab_size * arch.hidden_size // req.tp) if d.own_head and arch is not None else 0
-    return weights.repeat_bytes + keep.bytes_for(d.extra_whole_params) + keep.bytes_for(head)
+    return (weights.repeat_bytes + keep.bytes_for(d.extra_whole_params)
+            + keep.bytes_for(-(-d.extra_split_params // req.tp)) + keep.bytes_for(head))
 
 
 def expert_ranks(req: FitRequest) -> int:

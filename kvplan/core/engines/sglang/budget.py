@@ -338,12 +338,13 @@ def piecewise_reserve_mib(req: FitRequest) -> float:
     """What 0.5.10's default mem_fraction_static holds back for piecewise CUDA graphs (server_args.py::
     _handle_gpu_memory_settings): 8 MiB a capture size up to chunked_prefill_size, or 1.5 GiB for an MLA model;
     none where _handle_piecewise_cuda_graph turns them off: DP attention, pp > 1, a multimodal model as SGLang
-    reads it (sglang_multimodal), a listed architecture (speculative decoding, LoRA, an all-to-all MoE backend and
-    the rest are not modelled). The sizes go up to chunked_prefill_size (--max-num-batched-tokens, else the default)."""
+    reads it (sglang_multimodal), a listed architecture, any --speculative-algorithm (NGRAM too) and LoRA (an
+    all-to-all MoE backend and the rest are not modelled). The sizes go up to chunked_prefill_size
+    (--max-num-batched-tokens, else the default)."""
     spec = req.spec
     archs = spec.raw_config.get("architectures") or []
     if req.dp_attention or req.pp > 1 or sglang_multimodal(spec.raw_config) or any(
-            a in PIECEWISE_OFF_ARCHS for a in archs):
+            a in PIECEWISE_OFF_ARCHS for a in archs) or req.sglang_spec is not None or req.lora is not None:
         return 0
     if any(isinstance(x, MLALayer) for x in spec.layers):
         return 1.5 * 1024

@@ -1,0 +1,200 @@
+"""``kvplan plan``: the cheapest deployments that hold a target, searched with ``fit``'s rules (kvplan.core.plan)
+over the GPUs, engine releases, KV dtypes and weight formats asked for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvplan.core.units import GiB
+from kvplan.errors import InputError
+
+if TYPE_CHECKING:
+    from kvplan.core.plan import PlanResult, Space, Target
+
+MIN_DEFAULT_GPU_BYTES = 40 * GiB  # the default space: every catalog GPU of at least this much memory
+
+
+@dataclass(frozen=True, kw_only=True)
+class Simulated:
+    index: int  # the row of PlanResult.ranked
+    latency_s: dict | None = None  # {"queue" | "ttft" | "e2e": {"p50", "p90", "p99"}} (simulate --json's latency_s)
+    completed: int = 0
+    rejected: int = 0
+    preemptions: int = 0
+    skipped: str = ""  # why the row was not simulated
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanReport:
+    model: str  # the spec's name
+    model_ref: str  # as given (a bundled name, hub id or config.json), what a simulated workload names
+    target: Target
+    space: Space
+    result: PlanResult
+    currency: str | None = None
+    notes: tuple[str, ...] = ()
+    simulated: tuple[Simulated, ...] = ()  # the rows run with a workload's traffic (--workload, or a WORKLOAD)
+    chosen: int | None = None  # the cheapest row that kept the latency bounds (None: none, or none asked)
+    bounds: tuple[tuple[str, str, float], ...] = ()  # (queue|ttft, percentile, seconds) the simulated rows must keep
+
+
+def _split(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def plan_model(model: str, *, max_model_len: int, concurrency: int, gpus: str | None = None,
+               engines: str = "vllm", kv_cache_dtypes: str = "auto", weight_dtypes: str = "auto",
+               max_gpus: int = 64, gpus_per_node: int = 8, max_nodes: int | None = None,
+               gpu_memory_utilization: float | None = None, price: str | None = None,
+               prices_file: Path | None = None, prices: dict[str, float] | None = None,
+               fetch: bool | None = None, replicas: bool = True) -> PlanReport:
+    """Search the deployments of ``model`` holding ``concurrency`` requests of ``max_model_len`` tokens at once;
+    prices from ``price`` (``GPU=PRICE,...``), ``prices_file`` and ``prices`` (a budget's), the flag's last."""
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.fit import FITTERS
+    from kvplan.core.plan import Space, Target, search
+    from kvplan.core.profiles import parse_engine
+    from kvplan.io.gpus import get_gpu, gpu_catalog
+    from kvplan.io.models import resolve_model
+    from kvplan.io.prices import parse_prices
+
+    if concurrency < 1 or max_model_len < 1:
+        raise InputError("--concurrency and --max-model-len must be at least 1")
+    if not 1 <= max_gpus <= 1024 or not 1 <= gpus_per_node <= 64 or (max_nodes is not None and max_nodes < 1):
+        raise InputError("--max-gpus must be 1 to 1024, --gpus-per-node 1 to 64 and --max-nodes at least 1")
+    choices = [parse_engine(e, allowed=tuple(FITTERS)) for e in _split(engines) or ["vllm"]]
+    given, currency = parse_prices(price, prices_file)
+    prices = {**parse_prices(",".join(f"{k}={v}" for k, v in (prices or {}).items()))[0], **given}
+    chosen = [get_gpu(g) for g in _split(gpus)] if gpus else [
+        g for g in gpu_catalog() if g.memory_bytes >= MIN_DEFAULT_GPU_BYTES]
+    notes = []
+    if prices:
+        unpriced = [g.name for g in chosen if g.name not in prices]
+        if unpriced:
+            chosen = [g for g in chosen if g.name in prices]
+            notes.append(f"no price for {', '.join(unpriced)}: left out of the priced plan")
+        if not chosen:
+            raise InputError("--price names none of the GPUs searched; price them, or leave --price off")
+    space = Space(gpus=tuple(chosen), engines=tuple((c.name, c.profile) for c in choices),
+                  kv_dtypes=tuple(_split(kv_cache_dtypes) or ["auto"]),
+                  weight_dtypes=tuple(_split(weight_dtypes) or ["auto"]), max_gpus=max_gpus,
+                  gpus_per_node=gpus_per_node, max_nodes=max_nodes, gpu_memory_utilization=gpu_memory_utilization,
+                  replicas=replicas, max_pp=8 if replicas else 1)
+    spec = resolve_model(model, fetch=fetch).spec
+    base = FitRequest(spec=spec, gpu=chosen[0], engine=choices[0].name, profile=choices[0].profile,
+                      allow_long_max_model_len=False)
+    target = Target(max_model_len=max_model_len, concurrency=concurrency)
+    result = search(base, space, target, prices)
+    return PlanReport(model=spec.name, model_ref=model, target=target, space=space, result=result, currency=currency,
+                      notes=(*spec.notes, *(c.note for c in choices if c.note), *notes))
+
+
+# -- simulated: the front's first rows run through `simulate` with a workload's traffic ----------------------------
+def _serving_update(report: PlanReport, c) -> dict:  # type: ignore[no-untyped-def]
+    """The workload's serving block for one plan row (what `simulate` needs of it)."""
+    return {"model": report.model_ref, "gpu": c.gpu.name, "gpu_memory": None,
+            "engine": f"{c.engine}=={c.result.engine_version}", "tensor_parallel_size": c.tp,
+            "pipeline_parallel_size": c.pp, "kv_cache_dtype": c.kv_dtype,
+            "gpu_memory_utilization": report.space.gpu_memory_utilization, "kv_pool_bytes": None,
+            "kv_pool_tokens": None}
+
+
+def _simulate_row(job: tuple[str, dict, int]) -> Simulated:
+    """One row's simulation, in a worker process (everything it needs is in ``job``)."""
+    from kvplan.app.report import allocator_rows, simulation_json
+    from kvplan.app.simulate import plan_workload, run_simulation
+    from kvplan.errors import KvplanError
+    from kvplan.io.workload import read_workload
+
+    path, update, index = job
+    try:
+        wf = read_workload(Path(path), None)
+        wf = wf.model_copy(update={"serving": wf.serving.model_copy(update=update)})
+        run = run_simulation(plan_workload(wf, Path(path)))
+        doc = simulation_json(run)
+        row = allocator_rows(run)[0]
+    except KvplanError as exc:
+        return Simulated(index=index, skipped=str(exc))
+    return Simulated(index=index, latency_s=doc.get("latency_s"), completed=row.completed, rejected=row.rejected,
+                     preemptions=row.preemptions)
+
+
+def simulate_rows(report: PlanReport, workload: Path, indices: list[int], *, workers: int | None = None,
+                  progress=None) -> list[Simulated]:  # type: ignore[no-untyped-def]
+    """Run ``workload``'s traffic on the rows ``indices`` of the plan, in parallel processes; a row of several
+    replicas or pipeline stages is not simulated (`simulate` runs one engine of one stage: data-parallel ranks are
+    not co-simulated)."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    rows, jobs = report.result.ranked, []
+    out: dict[int, Simulated] = {}
+    for i in indices:
+        c = rows[i]
+        if c.dp > 1 or c.pp > 1:
+            out[i] = Simulated(index=i, skipped=("not simulated: simulate runs one engine of one pipeline stage, "
+                                                 "not data-parallel replicas or pipeline stages"))
+        else:
+            jobs.append((str(workload), _serving_update(report, c), i))
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    if jobs:
+        if workers == 1:
+            done = map(_simulate_row, jobs)
+        else:
+            pool = ProcessPoolExecutor(max_workers=workers)
+            done = pool.map(_simulate_row, jobs)
+        for result in done:
+            out[result.index] = result
+            if progress is not None:
+                progress(1)
+        if workers > 1:
+            pool.shutdown()
+    return [out[i] for i in indices]
+
+
+def meets(sim: Simulated, bounds: dict[tuple[str, str], float]) -> bool:
+    """Whether a simulated row keeps every bound ((queue|ttft|e2e, p50|p90|p99) -> seconds) and rejected nothing."""
+    if sim.skipped or sim.latency_s is None or sim.rejected:
+        return False
+    for (what, pct), limit in bounds.items():
+        got = (sim.latency_s.get(what) or {}).get(pct)
+        if got is None or got > limit:
+            return False
+    return True
+
+
+def plan_with_traffic(report: PlanReport, workload: Path, *, top: int, bounds: dict[tuple[str, str], float],
+                      workers: int | None = None, progress=None) -> PlanReport:  # type: ignore[no-untyped-def]
+    """The front's rows run with ``workload``'s traffic: with ``bounds``, in order until the cheapest that keeps them
+    (``top`` rows at a time); without, the first ``top``."""
+    import dataclasses
+
+    ranked = report.result.ranked
+    done: list[Simulated] = []
+    chosen = None
+    step = max(1, top)
+    limit = len(ranked) if bounds else min(step, len(ranked))
+    for start in range(0, limit, step):
+        batch = list(range(start, min(start + step, limit)))
+        done += simulate_rows(report, workload, batch, workers=workers, progress=progress)
+        if bounds:
+            hit = next((s.index for s in done if meets(s, bounds)), None)
+            if hit is not None:
+                chosen = hit
+                break
+    return dataclasses.replace(report, simulated=tuple(done), chosen=chosen,
+                               bounds=tuple((what, pct, v) for (what, pct), v in bounds.items()))
+
+
+def workload_target(path: Path) -> tuple[str, int]:
+    """A workload file's model and max_model_len (the scheduler's, else the model's)."""
+    from kvplan.io.models import resolve_model
+    from kvplan.io.workload import read_workload
+
+    wf = read_workload(path, None)
+    if not wf.serving.model:
+        raise InputError(f"{path}: `kvplan plan WORKLOAD` needs serving.model (the model to plan for)")
+    length = wf.scheduler.max_model_len or resolve_model(wf.serving.model).spec.max_model_len
+    return wf.serving.model, length

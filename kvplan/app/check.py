@@ -103,26 +103,36 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
 
 
 def _measure_plan(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
-    """The cheapest deployment `kvplan plan` finds for the budget's model and target (its gpu alone, when named)."""
+    """What `kvplan plan` finds for the budget's model and target (its gpu alone, when named): the fewest GPUs
+    (unpriced, so every GPU type counts) for max_gpus, the cheapest at the budget's prices for max_cost_per_hour."""
     from kvplan.app.plan import plan_model
 
     max_len = budget.max_model_len or spec.max_model_len
-    report = plan_model(budget.model or spec.name, max_model_len=max_len, concurrency=budget.concurrency or 1,
-                        gpus=budget.gpu, engines=budget.engine, kv_cache_dtypes=budget.kv_cache_dtype,
-                        gpu_memory_utilization=budget.gpu_memory_utilization, prices=budget.prices or {})
     target = f"{budget.concurrency} requests of {max_len:,} tokens"
-    if not report.result.ranked:
-        out.update(max_gpus=float("inf"), max_cost_per_hour=float("inf"))
-        closest = "; ".join(x.why for x in report.result.rejected[:2])
-        why["max_gpus"] = why["max_cost_per_hour"] = f"no deployment in the space holds {target}: {closest}"
-        return
-    top = report.result.ranked[0]
-    out.update(max_gpus=top.num_gpus, max_cost_per_hour=top.cost_per_hour if top.cost_per_hour is not None else 0)
-    plan = f"{top.num_gpus} x {top.gpu.name} ({top.flags})"
-    which = "the cheapest deployment that holds" if report.result.priced else "the fewest GPUs that hold"
-    why["max_gpus"] = f"{top.num_gpus} GPUs > {asked.get('max_gpus')}: {which} {target}: {plan}"
-    why["max_cost_per_hour"] = (f"{top.cost_per_hour or 0:,.2f} an hour > {asked.get('max_cost_per_hour')}: the "
-                                f"cheapest that holds {target} is {plan}")
+    for limit, prices in (("max_gpus", None), ("max_cost_per_hour", budget.prices)):
+        if limit not in asked:
+            continue
+        report = plan_model(budget.model or spec.name, max_model_len=max_len, concurrency=budget.concurrency or 1,
+                            gpus=budget.gpu, engines=budget.engine, kv_cache_dtypes=budget.kv_cache_dtype,
+                            gpu_memory_utilization=budget.gpu_memory_utilization, prices=prices or {})
+        if not report.result.ranked:  # nothing holds it: past any limit, with the closest attempts
+            out[limit] = NOTHING_HOLDS
+            closest = "; ".join(x.why for x in report.result.rejected[:2])
+            why[limit] = f"no deployment kvplan plan searches holds {target}: {closest}"
+            continue
+        top = report.result.ranked[0]
+        plan = f"{top.num_gpus} x {top.gpu.name} ({top.flags})"
+        if limit == "max_gpus":
+            out[limit] = top.num_gpus
+            why[limit] = f"{top.num_gpus} GPUs > {asked[limit]}: the fewest that hold {target}: {plan}"
+        else:
+            out[limit] = top.cost_per_hour or 0.0
+            why[limit] = (f"{top.cost_per_hour or 0:,.2f} an hour > {asked[limit]}: the cheapest that holds {target}: "
+                          f"{plan}")
+
+
+# a plan limit's value when no deployment holds the target: past any limit a budget can state, and finite (JSON)
+NOTHING_HOLDS = 1e12
 
 
 def _extras(budget: Budget, spec: Any, choice: Any) -> Any:

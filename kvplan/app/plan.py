@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvplan.core.units import GiB
 from kvplan.errors import InputError
@@ -18,7 +18,7 @@ MIN_DEFAULT_GPU_BYTES = 40 * GiB  # the default space: every catalog GPU of at l
 
 @dataclass(frozen=True, kw_only=True)
 class Simulated:
-    index: int  # the row of PlanResult.ranked
+    candidate: Any  # kvplan.core.plan.Candidate: the deployment simulated
     latency_s: dict | None = None  # {"queue" | "ttft" | "e2e": {"p50", "p90", "p99"}} (simulate --json's latency_s)
     completed: int = 0
     rejected: int = 0
@@ -36,12 +36,27 @@ class PlanReport:
     currency: str | None = None
     notes: tuple[str, ...] = ()
     simulated: tuple[Simulated, ...] = ()  # the rows run with a workload's traffic (--workload, or a WORKLOAD)
-    chosen: int | None = None  # the cheapest row that kept the latency bounds (None: none, or none asked)
+    chosen: int | None = None  # the cheapest simulated deployment that kept the bounds (index into simulated)
     bounds: tuple[tuple[str, str, float], ...] = ()  # (queue|ttft, percentile, seconds) the simulated rows must keep
 
 
 def _split(text: str | None) -> list[str]:
     return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _check_settings(kv: list[str], weights: list[str], utilization: float | None) -> None:
+    """What every fit would refuse, refused once (exit 2) rather than read as "nothing holds the target"."""
+    from kvplan.core.dtypes import get_dtype
+    from kvplan.core.weights import get_weight_format
+
+    for name in kv:
+        if name != "auto":
+            get_dtype(name)
+    for name in weights:
+        if name != "auto":
+            get_weight_format(name)
+    if utilization is not None and not 0 < utilization <= 1:
+        raise InputError(f"--gpu-memory-utilization must be in (0, 1] (got {utilization})")
 
 
 def plan_model(model: str, *, max_model_len: int, concurrency: int, gpus: str | None = None,
@@ -58,17 +73,19 @@ def plan_model(model: str, *, max_model_len: int, concurrency: int, gpus: str | 
     from kvplan.core.profiles import parse_engine
     from kvplan.io.gpus import get_gpu, gpu_catalog
     from kvplan.io.models import resolve_model
-    from kvplan.io.prices import parse_prices
+    from kvplan.io.prices import canonical_prices, parse_prices
 
     if concurrency < 1 or max_model_len < 1:
         raise InputError("--concurrency and --max-model-len must be at least 1")
     if not 1 <= max_gpus <= 1024 or not 1 <= gpus_per_node <= 64 or (max_nodes is not None and max_nodes < 1):
         raise InputError("--max-gpus must be 1 to 1024, --gpus-per-node 1 to 64 and --max-nodes at least 1")
     choices = [parse_engine(e, allowed=tuple(FITTERS)) for e in _split(engines) or ["vllm"]]
+    kv_list, weight_list = _split(kv_cache_dtypes) or ["auto"], _split(weight_dtypes) or ["auto"]
+    _check_settings(kv_list, weight_list, gpu_memory_utilization)
     given, currency = parse_prices(price, prices_file)
-    prices = {**parse_prices(",".join(f"{k}={v}" for k, v in (prices or {}).items()))[0], **given}
-    chosen = [get_gpu(g) for g in _split(gpus)] if gpus else [
-        g for g in gpu_catalog() if g.memory_bytes >= MIN_DEFAULT_GPU_BYTES]
+    prices = {**canonical_prices(prices or {}, "prices"), **given}
+    chosen = list({g.name: g for g in ([get_gpu(g) for g in _split(gpus)] if gpus else [
+        g for g in gpu_catalog() if g.memory_bytes >= MIN_DEFAULT_GPU_BYTES])}.values())  # aliases once
     notes = []
     if prices:
         unpriced = [g.name for g in chosen if g.name not in prices]
@@ -76,12 +93,11 @@ def plan_model(model: str, *, max_model_len: int, concurrency: int, gpus: str | 
             chosen = [g for g in chosen if g.name in prices]
             notes.append(f"no price for {', '.join(unpriced)}: left out of the priced plan")
         if not chosen:
-            raise InputError("--price names none of the GPUs searched; price them, or leave --price off")
+            raise InputError("the prices name none of the GPUs searched; price them, or plan without prices")
     space = Space(gpus=tuple(chosen), engines=tuple((c.name, c.profile) for c in choices),
-                  kv_dtypes=tuple(_split(kv_cache_dtypes) or ["auto"]),
-                  weight_dtypes=tuple(_split(weight_dtypes) or ["auto"]), max_gpus=max_gpus,
+                  kv_dtypes=tuple(kv_list), weight_dtypes=tuple(weight_list), max_gpus=max_gpus,
                   gpus_per_node=gpus_per_node, max_nodes=max_nodes, gpu_memory_utilization=gpu_memory_utilization,
-                  replicas=replicas, max_pp=8 if replicas else 1)
+                  replicas=replicas)
     spec = resolve_model(model, fetch=fetch).spec
     base = FitRequest(spec=spec, gpu=chosen[0], engine=choices[0].name, profile=choices[0].profile,
                       allow_long_max_model_len=False)
@@ -93,7 +109,7 @@ def plan_model(model: str, *, max_model_len: int, concurrency: int, gpus: str | 
 
 # -- simulated: the front's first rows run through `simulate` with a workload's traffic ----------------------------
 def _serving_update(report: PlanReport, c) -> dict:  # type: ignore[no-untyped-def]
-    """The workload's serving block for one plan row (what `simulate` needs of it)."""
+    """The workload's serving block for one deployment (what `simulate` needs of it)."""
     return {"model": report.model_ref, "gpu": c.gpu.name, "gpu_memory": None,
             "engine": f"{c.engine}=={c.result.engine_version}", "tensor_parallel_size": c.tp,
             "pipeline_parallel_size": c.pp, "kv_cache_dtype": c.kv_dtype,
@@ -101,61 +117,66 @@ def _serving_update(report: PlanReport, c) -> dict:  # type: ignore[no-untyped-d
             "kv_pool_tokens": None}
 
 
-def _simulate_row(job: tuple[str, dict, int]) -> Simulated:
-    """One row's simulation, in a worker process (everything it needs is in ``job``)."""
+def _simulate_one(job: tuple[str, dict, int]) -> tuple[dict | None, int, int, int, str]:
+    """One deployment's simulation, in a worker process: (latency_s, completed, rejected, preemptions, why not)."""
     from kvplan.app.report import allocator_rows, simulation_json
     from kvplan.app.simulate import plan_workload, run_simulation
     from kvplan.errors import KvplanError
     from kvplan.io.workload import read_workload
 
-    path, update, index = job
+    path, update, max_model_len = job
     try:
         wf = read_workload(Path(path), None)
-        wf = wf.model_copy(update={"serving": wf.serving.model_copy(update=update)})
+        wf = wf.model_copy(update={"serving": wf.serving.model_copy(update=update),
+                                   "scheduler": wf.scheduler.model_copy(update={"max_model_len": max_model_len})})
         run = run_simulation(plan_workload(wf, Path(path)))
-        doc = simulation_json(run)
-        row = allocator_rows(run)[0]
+        doc, row = simulation_json(run), allocator_rows(run)[0]
     except KvplanError as exc:
-        return Simulated(index=index, skipped=str(exc))
-    return Simulated(index=index, latency_s=doc.get("latency_s"), completed=row.completed, rejected=row.rejected,
-                     preemptions=row.preemptions)
+        return None, 0, 0, 0, str(exc)
+    return doc.get("latency_s"), row.completed, row.rejected, row.preemptions, ""
 
 
-def simulate_rows(report: PlanReport, workload: Path, indices: list[int], *, workers: int | None = None,
-                  progress=None) -> list[Simulated]:  # type: ignore[no-untyped-def]
-    """Run ``workload``'s traffic on the rows ``indices`` of the plan, in parallel processes; a row of several
-    replicas or pipeline stages is not simulated (`simulate` runs one engine of one stage: data-parallel ranks are
-    not co-simulated)."""
+def _not_simulable(c) -> str:  # type: ignore[no-untyped-def]
+    if c.dp > 1 or c.pp > 1:
+        return ("not simulated: simulate runs one engine of one pipeline stage, not data-parallel replicas or "
+                "pipeline stages")
+    if c.asked_weights != "auto":
+        return "not simulated: a workload's serving block takes no weight format"
+    return ""
+
+
+def simulate_candidates(report: PlanReport, workload: Path, candidates: list, *,
+                        workers: int | None = None) -> list[Simulated]:
+    """Run ``workload``'s traffic on each deployment, in parallel processes, at the plan's max_model_len; one
+    `simulate` cannot run is listed with why (several replicas or stages, a weight format)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    rows, jobs = report.result.ranked, []
-    out: dict[int, Simulated] = {}
-    for i in indices:
-        c = rows[i]
-        if c.dp > 1 or c.pp > 1:
-            out[i] = Simulated(index=i, skipped=("not simulated: simulate runs one engine of one pipeline stage, "
-                                                 "not data-parallel replicas or pipeline stages"))
-        else:
-            jobs.append((str(workload), _serving_update(report, c), i))
+    jobs = [(str(workload), _serving_update(report, c), report.target.max_model_len)
+            for c in candidates if not _not_simulable(c)]
     workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
-    if jobs:
-        if workers == 1:
-            done = map(_simulate_row, jobs)
-        else:
-            pool = ProcessPoolExecutor(max_workers=workers)
-            done = pool.map(_simulate_row, jobs)
-        for result in done:
-            out[result.index] = result
-            if progress is not None:
-                progress(1)
-        if workers > 1:
-            pool.shutdown()
-    return [out[i] for i in indices]
+    results: list = []
+    if jobs and workers == 1:
+        results = list(map(_simulate_one, jobs))
+    elif jobs:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_simulate_one, jobs))
+    ran = iter(results)
+    out = []
+    for c in candidates:
+        why = _not_simulable(c)
+        if why:
+            out.append(Simulated(candidate=c, skipped=why))
+            continue
+        latency, completed, rejected, preemptions, error = next(ran)
+        out.append(Simulated(candidate=c, latency_s=latency, completed=completed, rejected=rejected,
+                             preemptions=preemptions, skipped=error))
+    return out
 
 
 def meets(sim: Simulated, bounds: dict[tuple[str, str], float]) -> bool:
-    """Whether a simulated row keeps every bound ((queue|ttft|e2e, p50|p90|p99) -> seconds) and rejected nothing."""
+    """Whether a simulated deployment keeps every bound ((queue|ttft|e2e, p50|p90|p99) -> seconds) and rejected
+    nothing."""
     if sim.skipped or sim.latency_s is None or sim.rejected:
         return False
     for (what, pct), limit in bounds.items():
@@ -166,23 +187,24 @@ def meets(sim: Simulated, bounds: dict[tuple[str, str], float]) -> bool:
 
 
 def plan_with_traffic(report: PlanReport, workload: Path, *, top: int, bounds: dict[tuple[str, str], float],
-                      workers: int | None = None, progress=None) -> PlanReport:  # type: ignore[no-untyped-def]
-    """The front's rows run with ``workload``'s traffic: with ``bounds``, in order until the cheapest that keeps them
-    (``top`` rows at a time); without, the first ``top``."""
+                      workers: int | None = None, progress: Any = None) -> PlanReport:
+    """``workload``'s traffic on the plan's deployments: with ``bounds``, every deployment that holds the target in
+    cost order (not only the front: latency does not follow KV capacity), ``top`` at a time, until the cheapest that
+    keeps them; without, the front's first ``top`` rows."""
     import dataclasses
 
-    ranked = report.result.ranked
+    pool = list(report.result.fitting if bounds else report.result.ranked[:top])
+    step = max(1, top)
     done: list[Simulated] = []
     chosen = None
-    step = max(1, top)
-    limit = len(ranked) if bounds else min(step, len(ranked))
-    for start in range(0, limit, step):
-        batch = list(range(start, min(start + step, limit)))
-        done += simulate_rows(report, workload, batch, workers=workers, progress=progress)
+    for start in range(0, len(pool), step):
+        batch = pool[start:start + step]
+        done += simulate_candidates(report, workload, batch, workers=workers)
+        if progress is not None:
+            progress(len(batch))
         if bounds:
-            hit = next((s.index for s in done if meets(s, bounds)), None)
-            if hit is not None:
-                chosen = hit
+            chosen = next((i for i, s in enumerate(done) if meets(s, bounds)), None)
+            if chosen is not None:
                 break
     return dataclasses.replace(report, simulated=tuple(done), chosen=chosen,
                                bounds=tuple((what, pct, v) for (what, pct), v in bounds.items()))

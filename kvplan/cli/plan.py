@@ -11,6 +11,7 @@ from kvplan.app.plan import PlanReport, plan_model, plan_with_traffic, workload_
 from kvplan.cli.format import make_console, new_table, print_json, print_table
 from kvplan.cli.options import FetchOption, JsonOption, ModelArg, tokens
 from kvplan.cli.root import app
+from kvplan.io.workload import is_workload_file
 
 console = make_console()
 
@@ -72,6 +73,8 @@ def plan(
 ) -> None:
     """The cheapest deployments that hold --concurrency requests of --max-model-len tokens, with fit's rules; or
     for a WORKLOAD file, the cheapest one engine that serves its traffic within --max-ttft / --max-queue."""
+    if top < 1:
+        raise typer.BadParameter(f"--top must be at least 1 (got {top})")
     bounds = _bounds(max_ttft, max_queue, percentile)
     traffic, replicas = workload, True
     if is_workload_file(model):
@@ -100,17 +103,6 @@ def plan(
         raise typer.Exit(1)
 
 
-def is_workload_file(ref: str) -> bool:
-    """Whether MODEL names a workload file (a YAML file with a workload's keys) rather than a model."""
-    path = Path(ref)
-    if path.suffix not in (".yaml", ".yml") or not path.is_file():
-        return False
-    from kvplan.io.yamlio import load_yaml
-
-    data = load_yaml(path)
-    return isinstance(data, dict) and "requests" in data and "serving" in data
-
-
 def _bounds(ttft: float | None, queue: float | None, percentile: str) -> dict[tuple[str, str], float]:
     if percentile not in ("p50", "p90", "p99"):
         raise typer.BadParameter(f"--percentile must be p50, p90 or p99 (got {percentile!r})")
@@ -126,9 +118,9 @@ def _simulated(report: PlanReport, traffic: Path, top: int, bounds: dict, *, qui
         return plan_with_traffic(report, traffic, top=top, bounds=bounds)
     from rich.progress import Progress
 
+    res = report.result
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("simulating", total=len(report.result.ranked) if bounds else min(top, len(
-            report.result.ranked)))
+        task = bar.add_task("simulating", total=len(res.fitting) if bounds else min(top, len(res.ranked)))
         return plan_with_traffic(report, traffic, top=top, bounds=bounds,
                                  progress=lambda n: bar.advance(task, n))
 
@@ -140,7 +132,7 @@ def _candidate_json(report: PlanReport, c: Any) -> dict[str, Any]:
             "pipeline_parallel_size": c.pp, "data_parallel_size": c.dp, "enable_expert_parallel": c.expert_parallel,
             "kv_cache_dtype": c.kv_dtype, "weight_dtype": c.weight_dtype, "flags": c.flags,
             "cost_per_hour": c.cost_per_hour, "concurrency": round(c.concurrency, 4),
-            "headroom_frac": round(c.headroom(report.target), 4), "kv_cache_tokens": r.all_kv_cache_tokens,
+            "headroom_frac": round(c.headroom(report.target), 4), "kv_cache_tokens": c.all_kv_cache_tokens,
             "borderline": r.borderline, "borderline_why": r.borderline_why or None}
 
 
@@ -152,16 +144,19 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "rejected": [{"gpu": x.gpu.name, "engine": x.engine, "kv_cache_dtype": x.kv_dtype,
                           "weight_dtype": x.weight_dtype, "why": x.why} for x in res.rejected],
             "fits_evaluated": res.fits_evaluated, "candidates": res.candidates, "notes": list(report.notes),
-            # the rows run with a workload's traffic (index into plans), and the cheapest that kept the bounds
-            "simulated": [{"plan": s.index, "latency_s": s.latency_s, "completed": s.completed, "rejected": s.rejected,
-                           "preemptions": s.preemptions, "skipped": s.skipped or None} for s in report.simulated],
+            # the deployments run with a workload's traffic (each as in plans), and which of them (an index into
+            # simulated) is the cheapest that kept the bounds
+            "simulated": [{**_candidate_json(report, s.candidate), "latency_s": s.latency_s,
+                           "completed": s.completed, "rejected": s.rejected, "preemptions": s.preemptions,
+                           "skipped": s.skipped or None} for s in report.simulated],
             "chosen": report.chosen,
             "bounds": [{"latency": what, "percentile": pct, "seconds": v} for what, pct, v in report.bounds]}
 
 
 def _render(report: PlanReport, top: int) -> None:
     res, t = report.result, report.target
-    console.print(f"[bold]{report.model}[/]: {t.concurrency} requests of {t.max_model_len:,} tokens at once; "
+    console.print(f"[bold]{report.model}[/]: {t.concurrency} request{'s' if t.concurrency > 1 else ''} of "
+                  f"{t.max_model_len:,} tokens at once; "
                   f"{res.candidates:,} deployments from {res.fits_evaluated:,} fits, ranked by "
                   f"{'cost per hour' if res.priced else 'GPU count'}")
     for note in report.notes:
@@ -188,23 +183,24 @@ def _render(report: PlanReport, top: int) -> None:
 
 
 def _render_simulated(report: PlanReport) -> None:
-    rows = report.result.ranked
-    table = new_table("plan", "queue p50/p99", "TTFT p50/p99", "e2e p99", "done", "rejected",
+    table = new_table("deployment", "queue p50/p99", "TTFT p50/p99", "e2e p99", "done", "rejected",
                       numeric=("queue p50/p99", "TTFT p50/p99", "e2e p99", "done", "rejected"),
                       title="Simulated with the workload's traffic (seconds)")
-    for s in report.simulated:
-        c = rows[s.index]
-        name = f"{c.num_gpus} x {c.gpu.name} {c.flags}" + (" <" if s.index == report.chosen else "")
+    for i, s in enumerate(report.simulated):
+        c = s.candidate
+        name = f"{c.num_gpus} x {c.gpu.name} {c.flags}" + (" <" if i == report.chosen else "")
         if s.skipped or s.latency_s is None:
             table.add_row(name, s.skipped or "no latency from this simulator", "", "", "", "")
             continue
         q, t, e = (s.latency_s.get(k) or {} for k in ("queue", "ttft", "e2e"))
-        table.add_row(name, f"{q.get('p50', 0):.2f}/{q.get('p99', 0):.2f}", f"{t.get('p50', 0):.2f}/{t.get('p99', 0):.2f}",
-                      f"{e.get('p99', 0):.1f}", str(s.completed), str(s.rejected))
+        table.add_row(name, f"{q.get('p50', 0):.2f}/{q.get('p99', 0):.2f}",
+                      f"{t.get('p50', 0):.2f}/{t.get('p99', 0):.2f}", f"{e.get('p99', 0):.1f}", str(s.completed),
+                      str(s.rejected))
     print_table(console, table)
     kept = ", ".join(f"{what} {pct} <= {v:g} s" for what, pct, v in report.bounds)
     if report.chosen is not None:
-        c = rows[report.chosen]
-        console.print(f"[green]the cheapest that keeps {kept}:[/] {c.num_gpus} x {c.gpu.name} {c.flags}")
+        c = report.simulated[report.chosen].candidate
+        cost = f" ({c.cost_per_hour:,.2f} an hour)" if c.cost_per_hour is not None else ""
+        console.print(f"[green]the cheapest that keeps {kept}:[/] {c.num_gpus} x {c.gpu.name} {c.flags}{cost}")
     elif report.bounds:
-        console.print(f"[red]no simulated plan keeps {kept}[/]")
+        console.print(f"[red]no deployment in the space keeps {kept}[/]")

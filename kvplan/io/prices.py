@@ -27,6 +27,11 @@ def _canonical(name: str, price: float, what: str) -> tuple[str, float]:
     return get_gpu(name).name, float(price)
 
 
+def canonical_prices(prices: dict[str, float], what: str) -> dict[str, float]:
+    """A mapping of GPU names (aliases allowed) to prices, keyed by the catalog's names."""
+    return dict(_canonical(k, v, what) for k, v in prices.items())
+
+
 def parse_prices(flag: str | None, path: Path | None = None) -> tuple[dict[str, float], str | None]:
     """Prices by catalog GPU name (the flag's over the file's), and the file's currency."""
     prices: dict[str, float] = {}

@@ -391,3 +391,14 @@ def duration_sampler(spec: Duration, rng: random.Random) -> Callable[[], float]:
         return lambda: rng.expovariate(1 / spec.mean)
     mu = math.log(spec.mean) - spec.sigma**2 / 2
     return lambda: rng.lognormvariate(mu, spec.sigma)
+
+
+def is_workload_file(ref: str) -> bool:
+    """Whether ``ref`` names a workload file (a YAML file with a workload's keys) rather than a model."""
+    from kvplan.io.filekinds import KINDS
+
+    path = Path(ref)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return False
+    data = load_yaml(path)
+    return isinstance(data, dict) and len(KINDS["workload"].marks & data.keys()) >= 2

@@ -61,9 +61,11 @@ def test_plan_limits_measure_what_plan_finds(tmp_path):
     budget = {"model": "llama3.1-8b", "engine": "vllm==0.20.0", "max_model_len": 32768, "concurrency": 24,
               "prices": {"L40S": 0.9, "H100-80GB": 3.0}, "require": {"max_gpus": 64, "max_cost_per_hour": 1000}}
     checked = _check(tmp_path, budget)
-    planned = _json("plan", "llama3.1-8b", "--engine", "vllm==0.20.0", "--max-model-len", "32768",
-                    "--concurrency", "24", "--price", "L40S=0.9,H100-80GB=3.0")["plans"][0]
-    assert checked == {"max_gpus": planned["num_gpus"], "max_cost_per_hour": pytest.approx(planned["cost_per_hour"])}
+    args = ("plan", "llama3.1-8b", "--engine", "vllm==0.20.0", "--max-model-len", "32768", "--concurrency", "24")
+    cheapest = _json(*args, "--price", "L40S=0.9,H100-80GB=3.0")["plans"][0]
+    fewest = _json(*args)["plans"][0]  # max_gpus: the fewest GPUs of any type, whatever the prices
+    assert checked == {"max_gpus": fewest["num_gpus"], "max_cost_per_hour": pytest.approx(cheapest["cost_per_hour"])}
+    assert fewest["num_gpus"] < cheapest["num_gpus"]  # 1 x H100 holds it; the cheapest is 3 x L40S
 
 
 def test_plan_limits_need_a_target_and_prices(tmp_path):

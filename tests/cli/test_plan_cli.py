@@ -83,25 +83,28 @@ PRICED = ["--gpus", "L40S,A100-80GB,H100-80GB", "--price", "L40S=0.9,A100-80GB=1
 
 
 def test_a_workload_plan_is_the_cheapest_that_keeps_the_bound():
+    """Every deployment that holds one request is simulated in cost order, not only the memory front: latency does
+    not follow KV capacity (1 x H100 at 3.00 keeps the bound where 2 x L40S at 1.80 does not, and the front has
+    4 x L40S at 3.60 before it)."""
     code, out = _plan(str(WORKLOAD), "--max-ttft", "0.05", *PRICED, "--top", "2")
     assert code == 0 and out["chosen"] is not None
     assert out["bounds"] == [{"latency": "ttft", "percentile": "p99", "seconds": 0.05}]
-    sims = {s["plan"]: s for s in out["simulated"]}
+    sims = out["simulated"]
     chosen = sims[out["chosen"]]
     assert chosen["latency_s"]["ttft"]["p99"] <= 0.05 and chosen["rejected"] == 0
-    for i in range(out["chosen"]):  # every cheaper row was simulated and missed the bound
-        assert sims[i]["latency_s"]["ttft"]["p99"] > 0.05 or sims[i]["rejected"]
-    costs = [p["cost_per_hour"] for p in out["plans"]]
-    assert costs == sorted(costs) and all(p["data_parallel_size"] == 1 for p in out["plans"])
+    costs = [s["cost_per_hour"] for s in sims]
+    assert costs == sorted(costs)  # simulated cheapest first
+    for s in sims[:out["chosen"]]:  # every cheaper one missed the bound
+        assert s["latency_s"]["ttft"]["p99"] > 0.05 or s["rejected"]
+    assert all(s["data_parallel_size"] == 1 and s["pipeline_parallel_size"] == 1 for s in sims)
 
 
 def test_the_top_rows_run_with_a_workloads_traffic_and_replicas_are_said_not_simulated():
     code, out = _plan("llama3.1-8b", "-s", "32k", "-c", "24", "--gpus", "L40S", "--workload", str(WORKLOAD),
                       "--top", "3")
-    assert code == 0 and [s["plan"] for s in out["simulated"]] == [0, 1, 2]
+    assert code == 0 and [s["flags"] for s in out["simulated"]] == [p["flags"] for p in out["plans"][:3]]
     for s in out["simulated"]:
-        plan = out["plans"][s["plan"]]
-        if plan["data_parallel_size"] > 1 or plan["pipeline_parallel_size"] > 1:
+        if s["data_parallel_size"] > 1 or s["pipeline_parallel_size"] > 1:
             assert "not simulated" in s["skipped"] and s["latency_s"] is None
         else:
             assert s["skipped"] is None and s["completed"] > 0 and s["latency_s"]["e2e"]["p99"] > 0
@@ -117,3 +120,39 @@ def test_the_top_rows_run_with_a_workloads_traffic_and_replicas_are_said_not_sim
 def test_a_workload_plan_refuses_what_it_cannot_judge(args, match):
     r = runner.invoke(app, ["plan", *args])
     assert r.exit_code == 2 and match in r.output
+
+
+def test_the_flags_name_the_dtypes_and_a_row_is_what_fit_says():
+    code, out = _plan("llama3.1-70b", "-s", "8k", "-c", "16", "--gpus", "H100-80GB", "--kv-cache-dtype", "auto,fp8",
+                      "--engine", "vllm==0.20.0")
+    fp8 = next(p for p in out["plans"] if "--kv-cache-dtype fp8" in p["flags"])
+    r = runner.invoke(app, ["fit", "llama3.1-70b", "--gpu", "H100-80GB", "--engine", "vllm==0.20.0",
+                            *fp8["flags"].split(), "--max-model-len", "8k", "--json"])
+    fitted = json.loads(r.stdout)
+    assert fitted["kv_cache_dtype"] == fp8["kv_cache_dtype"]
+    assert fitted["all_ranks"]["kv_cache_tokens"] == fp8["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--kv-cache-dtype", "nope"], "nope"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+    (["--top", "0"], "--top must be at least 1"),
+])
+def test_settings_every_fit_would_refuse_are_exit_2(args, match):
+    r = runner.invoke(app, ["plan", "llama3.1-8b", "-s", "8k", "-c", "4", *args])
+    assert r.exit_code == 2 and match in r.output
+
+
+def test_tensor_parallel_groups_stay_in_a_node():
+    """3 GPUs a node hold one tp 2 group each: -tp 2 -pp 3 takes 3 nodes."""
+    code, out = _plan("llama3.1-8b", "-s", "32k", "-c", "10", "--gpus", "L40S", "--gpus-per-node", "3",
+                      "--max-nodes", "2")
+    for p in out["plans"]:
+        assert p["nodes"] <= 2
+        groups = p["pipeline_parallel_size"] * p["data_parallel_size"]
+        assert p["nodes"] == -(-groups // (3 // p["tensor_parallel_size"]))
+
+
+def test_tensorrt_llm_plans_one_engine():
+    code, out = _plan("llama3.1-8b", "-s", "32k", "-c", "24", "--gpus", "L40S", "--engine", "trtllm")
+    assert out["plans"] and all(p["data_parallel_size"] == 1 for p in out["plans"])

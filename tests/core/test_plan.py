@@ -28,7 +28,7 @@ def _brute(base: FitRequest, space: Space, target: Target, prices: dict[str, flo
     moe = base.spec.arch is not None and base.spec.arch.moe is not None
     out = []
     for gpu in space.gpus:
-        for tp, pp, dp, ep in itertools.product((1, 2, 4, 8), range(1, space.max_pp + 1),
+        for tp, pp, dp, ep in itertools.product(range(1, 9), range(1, space.max_pp + 1),
                                                 range(1, space.max_gpus + 1), (False, True) if moe else (False,)):
             if tp * pp * dp > space.max_gpus or not _tp_allowed(base, tp):
                 continue
@@ -50,6 +50,7 @@ def _brute(base: FitRequest, space: Space, target: Target, prices: dict[str, flo
      {"L40S": 0.9, "H100-80GB": 3.0}),
     ("qwen3-30b-a3b", ("L40S", "H100-80GB"), Target(max_model_len=16_384, concurrency=40),
      {"L40S": 0.9, "H100-80GB": 3.0}),
+    ("qwen2.5-7b", ("L40S",), Target(max_model_len=32_768, concurrency=30), {}),  # 28 heads, 4 KV heads: tp 1, 2, 4
 ])
 def test_nothing_cheaper_that_fit_accepts_is_missing(model, gpus, target, prices):
     space = Space(gpus=tuple(get_gpu(g) for g in gpus), engines=(("vllm", VLLM.profile),), max_gpus=8, max_pp=4)

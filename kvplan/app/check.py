@@ -142,6 +142,7 @@ def _extras(budget: Budget, spec: Any, choice: Any) -> Any:
 
     try:
         return extras(spec, choice, speculative=parse_speculative_config(budget.speculative_config),
+                      pp=budget.pipeline_parallel_size,
                       sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm)
                                           if budget.speculative_algorithm else None),
                       lora=(LoRAFlags(max_loras=budget.max_loras, max_rank=budget.max_lora_rank)

@@ -133,8 +133,9 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
     if req.drafter is not None:
         notes.append(req.drafter.note)
     elif log.speculative_config:
-        notes.append(f"the log's speculative_config {log.speculative_config} is not modelled: its drafter's KV "
-                     "layers and weights are left out of the prediction (it is high)")
+        why = _drafter_error(spec, profile, log)
+        notes.append(f"the log's speculative_config {log.speculative_config}: its drafter's KV layers and weights "
+                     f"are left out of the prediction (it is high): {why}")
     notes += [n for n in predicted.notes if n.startswith("vLLM warns")]  # the warnings the log should show too
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
                       hub=resolved.hub)
@@ -228,9 +229,23 @@ def _log_drafter(spec: ModelSpec, profile: EngineProfile, log: VLLMLog):  # type
     from kvplan.io.speculative import parse_speculative_config
 
     try:
-        return make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
-    except InputError:
+        return make_drafter(spec, profile, parse_speculative_config(log.speculative_config),
+                            pp=log.pipeline_parallel_size or 1)
+    except KvplanError:  # a method kvplan does not model, or a head's config it cannot read here (_predict says)
         return None
+
+
+def _drafter_error(spec: ModelSpec, profile: EngineProfile, log: VLLMLog) -> str:
+    """Why the log's drafter is not counted: kvplan's own message (a method it does not model, a head's config it
+    cannot read here)."""
+    from kvplan.app.fit import make_drafter
+    from kvplan.io.speculative import parse_speculative_config
+
+    try:
+        make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
+    except KvplanError as exc:
+        return str(exc)
+    return "not modelled"
 
 
 def _mamba_cache_mode(log: VLLMLog, profile: EngineProfile) -> str:

@@ -127,7 +127,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
     resolved = resolve_model(model, fetch=fetch, revision=revision)
     spec = resolved.spec
-    ext = extras(spec, choice, speculative=speculative, sglang_speculative=sglang_speculative, lora=lora)
+    ext = extras(spec, choice, speculative=speculative, sglang_speculative=sglang_speculative, lora=lora, pp=pp,
+                 fetch=fetch)
     if ext.num_speculative_tokens is not None:
         num_speculative_tokens = ext.num_speculative_tokens  # vLLM's Mamba layers hold a block for each
     req = FitRequest(
@@ -188,7 +189,8 @@ class Extras:
     notes: tuple[str, ...] = ()
 
 
-def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None) -> Extras:  # type: ignore[no-untyped-def]
+def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None, pp: int = 1,  # type: ignore[no-untyped-def]
+           fetch: bool | None = None) -> Extras:
     """The drafter (vLLM --speculative-config, SGLang --speculative-algorithm) and the LoRA slots for ``choice``'s
     engine; each engine's flag refused by the other."""
     if speculative is not None and choice.name != "vllm":
@@ -196,7 +198,7 @@ def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None
         raise InputError(f"--speculative-config is vLLM's{hint}")
     if sglang_speculative is not None and choice.name != "sglang":
         raise InputError("--speculative-algorithm is SGLang's; vLLM takes --speculative-config")
-    drafter, sglang_spec, tokens = make_drafter(spec, choice.profile, speculative), None, None
+    drafter, sglang_spec, tokens = make_drafter(spec, choice.profile, speculative, pp=pp, fetch=fetch), None, None
     if drafter is not None:
         tokens = drafter.num_speculative_tokens
     if sglang_speculative is not None:
@@ -255,13 +257,20 @@ def _without_extras(req, result: FitResult) -> tuple[str, ...]:  # type: ignore[
 MTP_OWN_HEAD_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe", "longcat_flash", "mimo"})
 
 
-def make_drafter(spec, profile, speculative):  # type: ignore[no-untyped-def]
+def make_drafter(spec, profile, speculative, *, pp: int = 1, fetch: bool | None = None):  # type: ignore[no-untyped-def]
     """The drafter vLLM ``profile``'s release builds for --speculative-config (kvplan.core.spec_decode); None: none."""
     if speculative is None:
         return None
-    from kvplan.core.spec_decode import drafter
+    from kvplan.core.spec_decode import drafter, head_drafter
 
-    own_head = not profile.rules.mtp_shares_head and spec.model_type in MTP_OWN_HEAD_TYPES
+    if speculative.method in ("eagle", "eagle3") and speculative.model:
+        from kvplan.io.models import resolve_model
+
+        return head_drafter(spec, speculative.method, speculative.num_speculative_tokens,
+                            resolve_model(speculative.model, fetch=fetch).spec, pp=pp)
+    # an engine without releases (size's ideal) keeps the newest rule: the target's LM head
+    own_head = (profile is not None and not getattr(profile.rules, "mtp_shares_head", True)
+                and spec.model_type in MTP_OWN_HEAD_TYPES)
     return drafter(spec, speculative.method, speculative.num_speculative_tokens, mtp_own_head=own_head)
 
 

@@ -73,12 +73,14 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
     spec = resolved.spec
     draft_note, drafted = None, None
     if speculative is not None:
-        from kvplan.core.spec_decode import drafter, with_drafter
+        from kvplan.app.fit import make_drafter
+        from kvplan.core.spec_decode import with_drafter
 
-        if choice.name in ("hf", "trtllm"):
-            raise InputError(f"--speculative-config: {'transformers cache' if choice.name == 'hf' else 'TensorRT-LLM'}"
-                             " is not modelled with a drafter; size it with vllm, sglang or ideal")
-        d = drafter(spec, speculative.method, speculative.num_speculative_tokens)
+        if choice.name in ("hf", "trtllm") or (choice.name == "sglang" and speculative.method != "mtp"):
+            who = {"hf": "transformers' cache", "trtllm": "TensorRT-LLM", "sglang": "SGLang with an EAGLE head"}
+            raise InputError(f"--speculative-config: {who[choice.name]} is not modelled with this drafter; size it "
+                             "with vllm or ideal (sglang for mtp)")
+        d = make_drafter(spec, choice.profile, speculative, pp=pp)
         spec, draft_note, drafted = with_drafter(spec, d), d.note, d
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)

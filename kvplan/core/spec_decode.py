@@ -48,6 +48,7 @@ class Drafter:
     extra_whole_params: int = 0  # parameters every rank holds whole (DeepSeek's eh_proj, the norms)
     extra_split_params: int = 0  # parameters split over TP (Qwen3-Next's and Qwen 3.5's fc: a ColumnParallelLinear)
     own_head: bool = False  # an LM head of its own (vocab x hidden, split over TP as the target's)
+    extra_bytes: int = 0  # held whole by every rank beside the parameters in the model dtype (EAGLE-3's d2t map)
     note: str = ""
 
     @property
@@ -78,9 +79,12 @@ def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_ow
     if name in NO_DRAFT_METHODS:
         return Drafter(method=name, num_speculative_tokens=num_speculative_tokens,
                        note=f"speculative decoding ({name}): no draft model, no KV layers")
+    if name in ("eagle", "eagle3"):
+        raise InputError(f"speculative method {name} needs its head's config: give \"model\" (a bundled name, hub id "
+                         "or config.json kvplan can read)")
     if name != "mtp":
-        raise InputError(f"speculative method {method!r} is not modelled yet: kvplan counts mtp, ngram, ngram_gpu and "
-                         "suffix (an EAGLE head's or draft model's layers and weights need its config)")
+        raise InputError(f"speculative method {method!r} is not modelled yet: kvplan counts mtp, eagle, eagle3 (with "
+                         "the head's config), ngram, ngram_gpu and suffix")
     n = mtp_layer_count(spec)
     if n < 1:
         raise InputError(f"{spec.name} has no MTP layers (its config gives no num_nextn_predict_layers or "
@@ -105,6 +109,71 @@ def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_ow
                    extra_split_params=n * fc if split_fc else 0, own_head=mtp_own_head,
                    note=(f"speculative decoding (mtp, {tokens}): {n} MTP layer{'s' if n > 1 else ''} in the KV cache "
                          "and the weights" + ("; its LM head its own (vLLM before 0.16.0)" if mtp_own_head else "")))
+
+
+_LLAMA_HEADS = ("LlamaForCausalLM", "LlamaForCausalLMEagle", "LlamaForCausalLMEagle3", "EagleLlamaForCausalLM",
+                "Eagle3LlamaForCausalLM")
+
+
+def head_drafter(target: ModelSpec, method: str, num_speculative_tokens: int, head: ModelSpec, *,
+                 pp: int = 1) -> Drafter:
+    """A Llama-shaped EAGLE or EAGLE-3 head (vLLM 0.20.0 model_executor/models/llama_eagle.py, llama_eagle3.py;
+    v1/spec_decode/llm_base_proposer.py): its decoder layers are KV-cache layers beside the target's. Its weights:
+    those layers (EAGLE's first without its input norm; EAGLE-3's each with a ``hidden_norm``, the first taking
+    2 x hidden into q, k and v), ``fc`` (a ReplicatedLinear, whole on every rank: 2 x hidden into hidden for EAGLE;
+    3 x ``target_hidden_size``, else 3 x its own hidden, for EAGLE-3 where ``use_aux_hidden_state``, with
+    ``input_norm`` when ``norm_before_fc``), EAGLE-3's final norm, own LM head of ``draft_vocab_size`` rows and int64
+    draft-to-target map. The embedding is the target's at pp 1, where vLLM shares it when the head ships none or an
+    identical one (``_maybe_share_embeddings``); with pipeline stages the head builds its own (split over TP).
+    EAGLE's LM head is the target's (it loads none). The rules are 0.20.0's (earlier releases share by shape)."""
+    from kvplan.core.weights import count_params
+
+    if num_speculative_tokens < 1:
+        raise InputError(f"num_speculative_tokens must be at least 1 (got {num_speculative_tokens})")
+    raw = head.raw_config
+    arch = (raw.get("architectures") or ["?"])[0]
+    if head.arch is None or not head.layers or head.model_type != "llama" or arch not in _LLAMA_HEADS:
+        raise InputError(f"{head.name}: kvplan counts Llama-shaped EAGLE heads ({', '.join(_LLAMA_HEADS)}); "
+                         f"{arch} ({head.model_type or '?'}) is not modelled")
+    if head.arch.moe is not None or any(layer.kind is not LayerKind.FULL for layer in head.layers):
+        raise InputError(f"{head.name}: an EAGLE head of other than full-attention dense layers is not modelled")
+    if isinstance(raw.get("quantization_config"), dict):
+        raise InputError(f"{head.name}: a quantized EAGLE head is not counted yet (vLLM quantizes it with its own "
+                         "config); plan with an unquantized head")
+    h = head.hidden_size
+    if h != target.hidden_size:
+        raise InputError(f"{head.name}'s hidden size {h} is not {target.name}'s {target.hidden_size}: vLLM shares "
+                         "the target's embedding with the head and needs them equal")
+    counts = count_params(head, head.arch)
+    split = sum(counts.layers_split) + sum(counts.layers_experts)
+    whole = sum(counts.layers_whole)
+    extra = 0
+    n = len(head.layers)
+    if method == "eagle3":
+        eagle_config = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+        if eagle_config.get("use_aux_hidden_state", True):
+            fc_in = 3 * (raw.get("target_hidden_size") or h)
+            whole += fc_in * h + (fc_in if raw.get("norm_before_fc") else 0)  # fc, input_norm
+        whole += n * h + counts.final_norm  # each layer's hidden_norm, the final norm
+        first = head.layers[0]
+        heads = head.num_attention_heads
+        split += h * (heads * (head.arch.q_head_dim or first.k_head_dim)
+                      + first.num_kv_heads * (first.k_head_dim + first.v_head_dim))
+        draft_vocab = raw.get("draft_vocab_size") or head.arch.vocab_size
+        split += draft_vocab * h  # its own LM head
+        extra = 8 * draft_vocab  # draft_id_to_target_id, int64
+    else:
+        whole += 2 * h * h - h  # fc; the first layer has no input norm, the model no final norm
+    if pp > 1:  # vLLM shares the embedding only without pipeline stages
+        split += head.arch.vocab_size * h
+    return Drafter(method=method, num_speculative_tokens=num_speculative_tokens, layers=tuple(head.layers),
+                   extra_split_params=split, extra_whole_params=whole, extra_bytes=extra,
+                   note=(f"speculative decoding ({method}, {num_speculative_tokens} token"
+                         f"{'s' if num_speculative_tokens > 1 else ''}): the {head.name} head's "
+                         f"{n} layer{'s' if n > 1 else ''} in the KV cache and its weights (vLLM 0.20's rules); "
+                         + ("its own embedding (pipeline stages)" if pp > 1 else
+                            "the embedding counted as the target's (vLLM shares one the head does not ship or "
+                            "ships identical)")))
 
 
 # SGLang (docs/research/spec-decode-lora.md, section 2; 0.5.10 server_args.py and configs/model_config.py)

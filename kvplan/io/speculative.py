@@ -17,10 +17,11 @@ _NO_MEMORY_KEYS = frozenset({
     "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob", "rejection_sample_method", "synthetic_acceptance_rates",
     "synthetic_acceptance_length", "enable_adaptive_verification", "draft_sample_method", "moe_backend",
-    "attention_backend", "index_share_for_mtp_iteration", "max_model_len", "quantization",
+    "attention_backend", "index_share_for_mtp_iteration", "max_model_len",
 })
 # fields that would change the memory in ways kvplan does not count: refused unless they say what the target has
 _NOT_MODELLED = ("draft_tensor_parallel_size", "tensor_parallel_size", "kv_cache_dtype", "parallel_drafting",
+                 "quantization",
                  "draft_lm_head_quantization", "num_speculative_tokens_per_batch_size", "use_heterogeneous_vocab")
 
 

@@ -89,7 +89,9 @@ def test_a_real_mtp_start_is_reproduced_from_its_kv_memory():
     ('{"num_speculative_tokens": 2}', "needs a method"),
     ('{"method": "mtp", "num_speculative_tokens": 1, "colour": "red"}', "colour is not vLLM's"),
     ('{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 1}', "not count yet"),
-    ('{"method": "eagle3", "num_speculative_tokens": 3, "model": "x"}', "not modelled yet"),
+    ('{"method": "mtp", "num_speculative_tokens": 1, "quantization": "fp8"}', "not count yet"),
+    ('{"method": "eagle3", "num_speculative_tokens": 3, "model": "x"}', "unknown model 'x'"),
+    ('{"method": "dflash", "num_speculative_tokens": 3}', "not modelled yet"),
 ])
 def test_a_config_kvplan_cannot_plan_is_exit_2_with_why(value, match):
     r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", "--speculative-config", value])
@@ -117,7 +119,7 @@ def test_size_counts_the_drafters_layers():
     assert (plain["bytes_per_token"], drafted["bytes_per_token"]) == (70_272, 71_424)
     assert any("1 MTP layer" in n for n in drafted["notes"])
     hf = runner.invoke(app, ["size", "deepseek-v3", "--engine", "hf", "--speculative-config", MTP1])
-    assert hf.exit_code == 2 and "not modelled with a drafter" in hf.output
+    assert hf.exit_code == 2 and "not modelled with this drafter" in hf.output
 
 
 def test_before_0_16_glms_mtp_layer_loads_its_own_lm_head_too():
@@ -150,4 +152,36 @@ def test_size_json_names_the_drafter_and_trtllm_is_refused():
     r = runner.invoke(app, ["size", "deepseek-v3", "--seq-len", "1k", "--speculative-config", MTP1, "--json"])
     assert json.loads(r.stdout)["speculative"] == {"method": "mtp", "num_speculative_tokens": 1, "draft_kv_layers": 1}
     r = runner.invoke(app, ["size", "deepseek-v3", "--engine", "trtllm", "--speculative-config", MTP1])
-    assert r.exit_code == 2 and "not modelled with a drafter" in r.output
+    assert r.exit_code == 2 and "not modelled with this drafter" in r.output
+
+
+def test_an_eagle3_head_in_the_kv_cache_and_the_weights():
+    """Llama-3.1-8B + an EAGLE-3 head of one layer: 131,072 + 4,096 B a token (docs/research 1.6)."""
+    from pathlib import Path
+
+    head = Path(__file__).parent.parent / "fixtures" / "configs" / "eagle3-head-llama3.1-8b.json"
+    cfg = json.dumps({"method": "eagle3", "model": str(head), "num_speculative_tokens": 3})
+    out = _fit("llama3.1-8b", "--gpu", "H100-80GB", "--speculative-config", cfg)
+    s = out["speculative"]
+    assert (s["model_kv_bytes_per_token"], s["draft_kv_bytes_per_token"]) == (131_072, 4_096)
+    assert out["breakdown"]["draft_weights"] == s["draft_weights_bytes"] > 800_000_000  # ~0.42B parameters in bf16
+    sized = json.loads(runner.invoke(app, ["size", "llama3.1-8b", "--seq-len", "1", "--speculative-config", cfg,
+                                           "--json"]).stdout)
+    assert sized["bytes_per_token"] == 135_168  # 131,072 x (1 + 1/32)
+    tp2 = _fit("llama3.1-8b", "--gpu", "H100-80GB", "-tp", "2", "--speculative-config", cfg)
+    whole = 2 * (4 * 4096 + 3 * 4096 * 4096) + 8 * 32_000  # fc and the norms, d2t: on every rank
+    assert tp2["breakdown"]["draft_weights"] - whole == pytest.approx((out["breakdown"]["draft_weights"] - whole) / 2,
+                                                                      abs=2)
+
+
+def test_explain_says_why_a_heads_drafter_is_left_out(tmp_path):
+    from pathlib import Path
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "vllm_logs" / "v1_club3090_dual_qwen36_27b_mtp3.log"
+    log = tmp_path / "eagle3.log"
+    log.write_text(fixture.read_text().replace("'method': 'mtp'", "'method': 'eagle3', 'model': '/models/no-such-head'"))
+    r = runner.invoke(app, ["explain", str(log), "--model", "qwen3.5-27b", "--gpu", "RTX-3090", "--engine",
+                            "vllm==0.20.1", "--weight-dtype", "int4-g128", "--json"])
+    assert r.exit_code == 0, r.output
+    note = next(n for n in json.loads(r.stdout)["notes"] if "'eagle3'" in n)
+    assert "left out of the prediction" in note and "no-such-head" in note

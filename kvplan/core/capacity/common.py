@@ -272,7 +272,7 @@ def draft_weight_bytes(req: FitRequest, weights: WeightBytes | None) -> int:
     arch = req.spec.arch
     head = -(-arch.vocab_size * arch.hidden_size // req.tp) if d.own_head and arch is not None else 0
     return (weights.repeat_bytes + keep.bytes_for(d.extra_whole_params)
-            + keep.bytes_for(-(-d.extra_split_params // req.tp)) + keep.bytes_for(head))
+            + keep.bytes_for(-(-d.extra_split_params // req.tp)) + keep.bytes_for(head) + d.extra_bytes)
 
 
 def expert_ranks(req: FitRequest) -> int:

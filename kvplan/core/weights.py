@@ -164,7 +164,40 @@ def _mlp_params(arch: ArchShape, width: int) -> int:
     return mats * h * width + bias
 
 
+_PREFIX: dict[int, tuple[ParamCounts, tuple[list[int], list[int], list[int], list[int]]]] = {}
+
+
+def _prefix_sums(counts: ParamCounts) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Running sums of each layer's token-mixer, MLP, routed-expert and whole parameters (memoized by the counts)."""
+    hit = _PREFIX.get(id(counts))
+    if hit is not None and hit[0] is counts:
+        return hit[1]
+    sums: tuple[list[int], list[int], list[int], list[int]] = ([0], [0], [0], [0])
+    for a, sp, e, w in zip(counts.layers_attn, counts.layers_split, counts.layers_experts, counts.layers_whole):
+        for acc, v in zip(sums, (a, sp - a, e, w)):
+            acc.append(acc[-1] + v)
+    if len(_PREFIX) > 256:
+        _PREFIX.clear()
+    _PREFIX[id(counts)] = (counts, sums)
+    return sums
+
+
+_COUNTS: dict[tuple[int, int], tuple[ModelSpec, ArchShape, ParamCounts]] = {}
+
+
 def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
+    """The model's parameters by where they live (memoized by the spec and arch objects: both are frozen)."""
+    hit = _COUNTS.get((id(spec), id(arch)))
+    if hit is not None and hit[0] is spec and hit[1] is arch:
+        return hit[2]
+    counts = _count_params(spec, arch)
+    if len(_COUNTS) > 256:
+        _COUNTS.clear()
+    _COUNTS[(id(spec), id(arch))] = (spec, arch, counts)
+    return counts
+
+
+def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
     h = arch.hidden_size
     split, attn, experts, whole = [], [], [], []
     for i, layer in enumerate(spec.layers):
@@ -267,6 +300,16 @@ def weight_bytes(
     stages = stages or [range(spec.num_layers)]
 
     def layers_bytes(layers: Iterable[int], ranks: int, eranks: int, aranks: int) -> int:
+        if part_fmt is None and isinstance(layers, range) and layers.step == 1:
+            # one format a part: the parts' sums over the range (prefix sums), grouped as below, the same bytes
+            p = _prefix_sums(counts)
+            lo, hi = layers.start, layers.stop
+            attn, mlp, experts, whole_n = (p[k][hi] - p[k][lo] for k in range(4))
+            if aranks != ranks:
+                split = fmt.bytes_for(-(-attn // aranks)) + fmt.bytes_for(-(-mlp // ranks))
+            else:
+                split = fmt.bytes_for(-(-(attn + mlp) // ranks))
+            return (split + expert_fmt.bytes_for(experts_here(experts, eranks)) + keep_fmt.bytes_for(whole_n))
         by_fmt: dict[tuple[WeightFormat, str], int] = {}
         for i in layers:
             mixer = counts.layers_attn[i]

@@ -236,12 +236,34 @@ def _group_size(counts: list[int]) -> int:
     return max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
 
 
+_LAYOUTS: dict[tuple, tuple[tuple, object, object, KVLayout | None]] = {}
+
+
 def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDtype, model_dtype: str,
                  block_size: int, tp: int = 1, requested_block_size: int | None = None, hybrid: bool = True,
                  mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, name: str = "model") -> KVLayout | None:
     """vLLM's grouping of one pipeline stage's layers into block-table groups (None: no layer holds KV)
     (vllm/v1/core/kv_cache_utils.py::get_kv_cache_groups). Without the hybrid manager every attention
-    layer is sized as full attention."""
+    layer is sized as full attention. Memoized by the (frozen) layer, rules and dtype objects and the settings: a
+    plan fits the same stage at many data-parallel sizes."""
+    layers = tuple(layers)
+    key = (tuple(map(id, layers)), id(rules), id(kv_dtype), model_dtype, block_size, tp, requested_block_size, hybrid,
+           mamba_cache_mode, num_speculative_tokens, name)
+    hit = _LAYOUTS.get(key)
+    if hit is not None and hit[1] is rules and hit[2] is kv_dtype and all(a is b for a, b in zip(hit[0], layers)):
+        return hit[3]
+    layout = _build_layout(layers, rules=rules, kv_dtype=kv_dtype, model_dtype=model_dtype, block_size=block_size,
+                           tp=tp, requested_block_size=requested_block_size, hybrid=hybrid,
+                           mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens, name=name)
+    if len(_LAYOUTS) > 512:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (layers, rules, kv_dtype, layout)
+    return layout
+
+
+def _build_layout(layers: tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDtype, model_dtype: str,
+                  block_size: int, tp: int, requested_block_size: int | None, hybrid: bool, mamba_cache_mode: str,
+                  num_speculative_tokens: int, name: str) -> KVLayout | None:
     v4 = [layer for layer in layers if isinstance(layer, CompressedLayer)]
     if v4:
         return v4_layout(v4)
@@ -320,7 +342,10 @@ def layout_from_groups(groups: list[tuple[Layer, int]], *, kv_dtype: KVDtype, bl
 
 def estimate_max_model_len(layout: KVLayout, available_bytes: int, max_model_len: int, in_flight_tokens: int) -> int:
     """Largest max_model_len in [0, max_model_len] whose one request fits ``available_bytes``
-    (vllm/v1/core/kv_cache_utils.py::estimate_max_model_len, a binary search; 0: none fits)."""
+    (vllm/v1/core/kv_cache_utils.py::estimate_max_model_len, a binary search; 0: none fits). The bytes a request
+    needs grow with its length, so where the longest fits the search would end there: answered at once."""
+    if layout.bytes_needed(max_model_len, in_flight_tokens) <= available_bytes:
+        return max_model_len
     lo, hi = 0, max_model_len
     while lo < hi:
         mid = (lo + hi + 1) // 2

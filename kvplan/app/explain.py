@@ -120,7 +120,9 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
     spec, dtype_note = _as_run(resolved.spec, log)
     profile, profile_note = _profile(log, engine)
     weights, weights_note = _weights_as_run(spec, log, weight_dtype, ref)
-    req = _request(spec, gpu, log, profile, tp=tp, max_num_seqs=max_num_seqs, weight_dtype=weights or "auto")
+    drafter, left_out = _log_drafter(spec, profile, log)
+    req = _request(spec, gpu, log, profile, tp=tp, max_num_seqs=max_num_seqs, weight_dtype=weights or "auto",
+                   drafter=drafter)
     if weights is None:  # the checkpoint's format is not known: no prediction, the replay still holds
         return Prediction(predicted=None, replay=_replay(req, log), notes=(*spec.notes, weights_note), profile=profile,
                           hub=resolved.hub)
@@ -132,10 +134,9 @@ def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | 
                  f"{predicted.max_model_len}, with the rules of {profile.display} {profile.version}")
     if req.drafter is not None:
         notes.append(req.drafter.note)
-    elif log.speculative_config:
-        why = _drafter_error(spec, profile, log)
+    elif left_out:
         notes.append(f"the log's speculative_config {log.speculative_config}: its drafter's KV layers and weights "
-                     f"are left out of the prediction (it is high): {why}")
+                     f"are left out of the prediction (it is high): {left_out}")
     notes += [n for n in predicted.notes if n.startswith("vLLM warns")]  # the warnings the log should show too
     return Prediction(predicted=predicted, replay=_replay(req, log), notes=tuple(notes), profile=profile,
                       hub=resolved.hub)
@@ -202,12 +203,11 @@ def _profile(log: VLLMLog, engine: str | None) -> tuple[EngineProfile, str | Non
 
 
 def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile, *, tp: int | None,
-             max_num_seqs: int | None, weight_dtype: str = "auto") -> FitRequest:
+             max_num_seqs: int | None, weight_dtype: str = "auto", drafter=None) -> FitRequest:  # type: ignore[no-untyped-def]
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
     from kvplan.core.capacity.common import FitRequest
 
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
-    drafter = _log_drafter(spec, profile, log)
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                       pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
                       expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
@@ -223,29 +223,16 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
 
 
 def _log_drafter(spec: ModelSpec, profile: EngineProfile, log: VLLMLog):  # type: ignore[no-untyped-def]
-    """The drafter the log's speculative_config builds, or None where kvplan does not model it (the prediction
-    then leaves it out and says so: _predict's notes)."""
+    """The drafter the log's speculative_config builds, and why none where kvplan cannot count it (a method it does
+    not model, a head's config it cannot read here): the prediction then leaves it out and says so."""
     from kvplan.app.fit import make_drafter
     from kvplan.io.speculative import parse_speculative_config
 
     try:
         return make_drafter(spec, profile, parse_speculative_config(log.speculative_config),
-                            pp=log.pipeline_parallel_size or 1)
-    except KvplanError:  # a method kvplan does not model, or a head's config it cannot read here (_predict says)
-        return None
-
-
-def _drafter_error(spec: ModelSpec, profile: EngineProfile, log: VLLMLog) -> str:
-    """Why the log's drafter is not counted: kvplan's own message (a method it does not model, a head's config it
-    cannot read here)."""
-    from kvplan.app.fit import make_drafter
-    from kvplan.io.speculative import parse_speculative_config
-
-    try:
-        make_drafter(spec, profile, parse_speculative_config(log.speculative_config))
+                            pp=log.pipeline_parallel_size or 1), ""
     except KvplanError as exc:
-        return str(exc)
-    return "not modelled"
+        return None, str(exc)
 
 
 def _mamba_cache_mode(log: VLLMLog, profile: EngineProfile) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Union
 
@@ -362,6 +363,20 @@ class ModelSpec:
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @cached_property
+    def layer_types(self) -> frozenset[type]:
+        """The classes of its layers (computed once: the spec is frozen; a plan asks it thousands of times)."""
+        return frozenset(type(layer) for layer in self.layers)
+
+    def has_layer(self, *kinds: type) -> bool:
+        """Whether any layer is an instance of one of ``kinds``."""
+        return any(issubclass(t, kinds) for t in self.layer_types)
+
+    @cached_property
+    def sparse_mla(self) -> bool:
+        """Whether an MLA layer carries a sparse-attention indexer (DeepSeek-V3.2)."""
+        return any(isinstance(layer, MLALayer) and layer.indexer_head_dim for layer in self.layers)
 
     def layer_groups(self) -> list[tuple[Layer, list[int]]]:
         """Identical layers grouped, in order of first appearance, with their indices."""

@@ -196,11 +196,24 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
     # (vLLM runs the drafter on the last stage; SGLang's draft has a pool of its own: SGLangBudget.capacity)
     draft_layers = req.drafter.layers if req.drafter is not None and budget.draft_in_pool else ()
     if budget.per_stage:
-        units = [(s, tuple(spec.layers[i] for i in r) + (draft_layers if s == len(ranges) - 1 else ()),
+        units = [(s, spec.layers[r.start:r.stop] + (draft_layers if s == len(ranges) - 1 else ()),
                   s == len(ranges) - 1) for s, r in enumerate(ranges)]
     else:
         units = [(0, tuple(spec.layers) + draft_layers, True)]
     stages = []
+    # the estimates are the same on every stage but activation, which depends only on whether the stage is the
+    # first or the last: each worked out once
+    non_torch = given_or_estimate(req.non_torch_memory, "non_torch", estimated, partial(budget.non_torch, req, setup))
+    cuda_graph = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated,
+                                   partial(budget.cuda_graph, req, setup))
+    peaks: dict[tuple[bool, bool], int] = {}
+
+    def activation(first: bool, last: bool) -> int:
+        if (first, last) not in peaks:
+            peaks[first, last] = given_or_estimate(req.activation_memory, "activation", estimated,
+                                                   partial(budget.activation, req, setup, last, first_stage=first))
+        return peaks[first, last]
+
     for s, layers, last in units:
         adapters = lora_stage_bytes(req, ranges, s if budget.per_stage else None)
         # vLLM loads the drafter and the LoRA slots inside the profiler that logs "Model loading took": a measured
@@ -210,12 +223,9 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
             weights=_stage_weights(req, budget, start.weights, s) + (0 if loaded else adapters.base_growth),
             draft=draft_weight_bytes(req, start.weights) if last and not loaded else 0,
             lora=0 if loaded else adapters.buffers,
-            activation=given_or_estimate(req.activation_memory, "activation", estimated,
-                                         partial(budget.activation, req, setup, last, first_stage=s == 0)),
-            non_torch=given_or_estimate(req.non_torch_memory, "non_torch", estimated,
-                                        partial(budget.non_torch, req, setup)),
-            cuda_graph=given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated,
-                                         partial(budget.cuda_graph, req, setup)),
+            activation=activation(s == 0, last),
+            non_torch=non_torch,
+            cuda_graph=cuda_graph,
         )
         kv = (req.kv_cache_memory_bytes if req.kv_cache_memory_bytes is not None
               else budget.kv_memory(req, setup, memory[s], c))

@@ -20,9 +20,25 @@ def engine_class(name: str) -> type[Engine]:
     return entry(name).load("engine")
 
 
+_ENGINES: dict[tuple[str, int | None, int], tuple[Any, Engine]] = {}
+
+
 def get_engine(name: str, *, block_size: int | None = None, profile: Any = None) -> Engine:
     """The engine named ``name`` (a bare name: see kvplan.core.profiles.parse_engine for NAME==VERSION),
-    with its default block size unless ``block_size`` is given, under ``profile``'s rules."""
+    with its default block size unless ``block_size`` is given, under ``profile``'s rules (memoized by the
+    profile object: engines and profiles are frozen, and a plan asks for the same one thousands of times)."""
+    key = (name, block_size, id(profile))
+    hit = _ENGINES.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    engine = _make_engine(name, block_size=block_size, profile=profile)
+    if len(_ENGINES) > 256:
+        _ENGINES.clear()
+    _ENGINES[key] = (profile, engine)
+    return engine
+
+
+def _make_engine(name: str, *, block_size: int | None, profile: Any) -> Engine:
     engine = engine_class(name)()
     if block_size is not None:
         if not 1 <= block_size <= MAX_BLOCK_SIZE:

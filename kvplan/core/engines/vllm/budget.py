@@ -101,7 +101,7 @@ def in_flight(rules: VLLMRules, spec: ModelSpec, mnbt: int, pp: int, async_sched
     listed = spec.raw_config.get("architectures")  # a user's config.json may hold anything here (a number, null)
     architectures = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, (list, tuple)) else ()
     v2 = rules.runs_v2(architectures=architectures, moe=spec.arch is not None and spec.arch.moe is not None,
-                       hybrid=any(isinstance(x, LinearLayer) for x in spec.layers))
+                       hybrid=spec.has_layer(LinearLayer))
     if not rules.in_flight_admission:
         return InFlight(tokens=mnbt, batches=1, async_scheduling=async_, v2_runner=v2)
     batches = rules.max_concurrent_batches(pp=pp, async_scheduling=async_, v2_runner=v2)
@@ -121,9 +121,24 @@ _VLLM_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "s
 _VLLM_UNSCALED = ("su", "longrope", "llama3")
 
 
+_LIMITS: dict[int, tuple[dict, ContextLimit | None]] = {}
+
+
 def vllm_context_limit(context: dict) -> ContextLimit | None:
     """vLLM's derived max_model_len for a model's config keys (``ModelSpec.context_config``); max_model_len 0
-    where the releases treat its RoPE scaling differently."""
+    where the releases treat its RoPE scaling differently. Memoized by the dict object: a spec's context_config
+    is read, never changed, and a plan asks thousands of times."""
+    hit = _LIMITS.get(id(context))
+    if hit is not None and hit[0] is context:
+        return hit[1]
+    limit = _context_limit(context)
+    if len(_LIMITS) > 256:
+        _LIMITS.clear()
+    _LIMITS[id(context)] = (context, limit)
+    return limit
+
+
+def _context_limit(context: dict) -> ContextLimit | None:
     found = {key: n for key in _VLLM_LENGTH_KEYS if (n := config_length(context, key))}
     if not found:
         return None
@@ -197,7 +212,8 @@ class VLLMBudget(EngineBudget):
             raise InputError(f"vLLM {profile.version} does not load bitsandbytes checkpoints ({req.spec.name}): 0.28.0 "
                              "removed the method; plan with --engine vllm==0.27.0, or serve a GPTQ, AWQ or "
                              "compressed-tensors checkpoint")
-        block_size = resolve_block_size(rules, req.spec.layers, req.block_size, req.attention_backend)
+        block_size = resolve_block_size(rules, req.block_size, req.attention_backend,
+                                        has_mla=req.spec.has_layer(MLALayer), sparse=req.spec.sparse_mla)
         kv_dtype = resolve_kv_dtype(req.spec, req.kv_dtype)
         check_layout_dtype(rules, kv_dtype, profile.version)
         mnbt = req.max_num_batched_tokens or batch_defaults(rules, req.gpu, max_model_len)[0]
@@ -212,8 +228,7 @@ class VLLMBudget(EngineBudget):
                                                                   blackwell=blackwell_class(req.gpu)))
         notes = []
         if req.block_size and block_size != req.block_size and req.attention_backend is None:  # MLA on Hopper
-            sparse = any(isinstance(x, MLALayer) and x.indexer_head_dim for x in req.spec.layers)
-            notes.append(mla_block(rules, req.block_size, sparse=sparse)[1])
+            notes.append(mla_block(rules, req.block_size, sparse=req.spec.sparse_mla)[1])
         if req.kv_cache_memory_bytes is not None and not rules.kv_cache_memory_bytes:
             notes.append(f"vLLM {profile.version} has no --kv-cache-memory-bytes (from 0.10.2): the figure is used as "
                          "the KV memory to plan with")
@@ -268,7 +283,7 @@ class VLLMBudget(EngineBudget):
         v: _Settings = setup.engine
         pools = []
         for st in stages:
-            layout = build_layout(list(st.layers), rules=v.rules, kv_dtype=v.kv_dtype, model_dtype=req.spec.dtype,
+            layout = build_layout(st.layers, rules=v.rules, kv_dtype=v.kv_dtype, model_dtype=req.spec.dtype,
                                   block_size=v.block_size, tp=req.tp, requested_block_size=req.block_size,
                                   hybrid=v.hybrid, mamba_cache_mode=req.mamba_cache_mode,
                                   num_speculative_tokens=req.num_speculative_tokens, name=req.spec.name)
@@ -393,7 +408,7 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
         notes.append(f"vLLM warns \"Add {padding} padding layers, may waste at most {100 * padding / layers:.2f}% KV "
                      f"cache memory\": {layers} layers of a type fill {-(-layers // layout.group_size)} groups of "
                      f"{layout.group_size}")
-    if any(isinstance(x, CompressedLayer) for x in spec.layers):
+    if spec.has_layer(CompressedLayer):
         notes.append("DeepSeek-V4: a block is 256 tokens of every layer's compressed entries and indexer keys "
                      "(fp8_ds_mla, 584 B an entry); each request is also charged its sliding windows and compressor "
                      f"state, {layout.buckets[0].extra_blocks} blocks; an estimate of vLLM 0.33's grouping")

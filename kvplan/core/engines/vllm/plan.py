@@ -46,14 +46,12 @@ ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION
 MAMBA_CACHE_MODES = ("none", "align")
 
 
-def resolve_block_size(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...], block_size: int | None,
-                       attention_backend: str | None) -> int:
-    """The KV block size vLLM runs a model with: the one given, else the backend's (MLA), else the release's
-    MLA default or 16."""
-    has_mla = any(isinstance(layer, MLALayer) for layer in layers)
+def resolve_block_size(rules: VLLMRules, block_size: int | None, attention_backend: str | None, *, has_mla: bool,
+                       sparse: bool) -> int:
+    """The KV block size vLLM runs a model with (``has_mla``: a layer is MLA; ``sparse``: one has an indexer): the
+    one given, else the backend's (MLA), else the release's MLA default or 16."""
     if attention_backend is None:
         if has_mla:
-            sparse = any(isinstance(layer, MLALayer) and layer.indexer_head_dim for layer in layers)
             return mla_block(rules, block_size, sparse=sparse)[0]
         return block_size or DEFAULT_BLOCK_SIZE
     name = attention_backend.strip().upper().replace("-", "_")
@@ -250,7 +248,7 @@ def build_layout(layers: list[Layer] | tuple[Layer, ...], *, rules: VLLMRules, k
     key = (tuple(map(id, layers)), id(rules), id(kv_dtype), model_dtype, block_size, tp, requested_block_size, hybrid,
            mamba_cache_mode, num_speculative_tokens, name)
     hit = _LAYOUTS.get(key)
-    if hit is not None and hit[1] is rules and hit[2] is kv_dtype and all(a is b for a, b in zip(hit[0], layers)):
+    if hit is not None and hit[1] is rules and hit[2] is kv_dtype and hit[0] == layers:  # the same objects: C's identity check
         return hit[3]
     layout = _build_layout(layers, rules=rules, kv_dtype=kv_dtype, model_dtype=model_dtype, block_size=block_size,
                            tp=tp, requested_block_size=requested_block_size, hybrid=hybrid,
@@ -462,7 +460,9 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
     check_layout_dtype(rules, dtype, profile.version)
     if block_size is not None:
         check_block_size(profile, block_size)
-    size = resolve_block_size(rules, layers, block_size, attention_backend)
+    size = resolve_block_size(rules, block_size, attention_backend,
+                              has_mla=any(isinstance(x, MLALayer) for x in layers),
+                              sparse=any(isinstance(x, MLALayer) and x.indexer_head_dim for x in layers))
     layout = build_layout(layers, rules=rules, kv_dtype=dtype, model_dtype=model_dtype, block_size=size, tp=tp,
                           requested_block_size=block_size, hybrid=rules.hybrid_manager and not disable_hybrid,
                           mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens)

@@ -112,7 +112,8 @@ def _serving_update(report: PlanReport, c) -> dict:  # type: ignore[no-untyped-d
     """The workload's serving block for one deployment (what `simulate` needs of it)."""
     return {"model": report.model_ref, "gpu": c.gpu.name, "gpu_memory": None,
             "engine": f"{c.engine}=={c.result.engine_version}", "tensor_parallel_size": c.tp,
-            "pipeline_parallel_size": c.pp, "kv_cache_dtype": c.kv_dtype,
+            "pipeline_parallel_size": c.pp, "data_parallel_size": c.dp, "enable_expert_parallel": c.expert_parallel,
+            "kv_cache_dtype": c.kv_dtype,
             "gpu_memory_utilization": report.space.gpu_memory_utilization, "kv_pool_bytes": None,
             "kv_pool_tokens": None}
 
@@ -137,9 +138,10 @@ def _simulate_one(job: tuple[str, dict, int]) -> tuple[dict | None, int, int, in
 
 
 def _not_simulable(c) -> str:  # type: ignore[no-untyped-def]
-    if c.dp > 1 or c.pp > 1:
-        return ("not simulated: simulate runs one engine of one pipeline stage, not data-parallel replicas or "
-                "pipeline stages")
+    if c.pp > 1:
+        return "not simulated: the vllm-v1 simulator runs one pipeline stage (pipeline_parallel_size 1)"
+    if c.dp > 1 and c.engine != "vllm":
+        return f"not simulated: {c.engine}'s data-parallel ranks (simulate runs vLLM's load balancer only)"
     if c.asked_weights != "auto":
         return "not simulated: a workload's serving block takes no weight format"
     return ""

@@ -7,6 +7,7 @@ those groups and blocks; the event engine runs the same pool as token slots.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from kvplan.app.requests import V1Requests
@@ -56,7 +57,8 @@ def _fitted_pool(wf: WorkloadFile, path: Path, serving: Serving, notes: list[str
     linear = any(isinstance(layer, LinearLayer) for layer in spec.layers)
     try:
         f = fit(FitRequest(spec=spec, gpu=gpu, engine=choice.name, profile=choice.profile, tp=s.tensor_parallel_size,
-                           pp=s.pipeline_parallel_size, kv_dtype=s.kv_cache_dtype,
+                           pp=s.pipeline_parallel_size, dp=s.data_parallel_size,
+                           expert_parallel=s.enable_expert_parallel, kv_dtype=s.kv_cache_dtype,
                            gpu_memory_utilization=s.gpu_memory_utilization, max_model_len=serving.max_model_len,
                            max_num_seqs=v1_max_num_seqs(wf, serving, []) if v1 else wf.scheduler.max_num_seqs,
                            max_num_batched_tokens=v1_batched_tokens(wf, serving, []) if v1
@@ -65,8 +67,9 @@ def _fitted_pool(wf: WorkloadFile, path: Path, serving: Serving, notes: list[str
                            mamba_cache_mode="align" if (v1 and linear and caching) else "none"))
     except KvplanError as exc:
         raise type(exc)(f"{path}: {exc}") from None
+    each = f" in each of the {s.data_parallel_size} data-parallel engines" if s.data_parallel_size > 1 else ""
     notes.append(f"KV pool from `kvplan fit` ({choice.name} {choice.version} rules): "
-                 f"{f.kv_cache_memory_bytes / GiB:.2f} GiB per GPU, {f.kv_cache_tokens:,} KV cache tokens")
+                 f"{f.kv_cache_memory_bytes / GiB:.2f} GiB per GPU, {f.kv_cache_tokens:,} KV cache tokens{each}")
     if bpt and f.kv_cache_memory_bytes // bpt != f.kv_cache_tokens:
         notes.append(f"the pool's bytes over {bpt:,} B per token would give {f.kv_cache_memory_bytes // bpt:,} token "
                      f"slots; the engine counts {f.kv_cache_tokens:,} (whole blocks of its layout)")
@@ -109,7 +112,8 @@ def step_model(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, notes
     weights = pool.fit.breakdown.weights if pool.fit is not None else None
     params = 0
     if spec.arch is not None:
-        wb, _ = model_weights(FitRequest(spec=spec, gpu=gpu, tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size))
+        wb, _ = model_weights(FitRequest(spec=spec, gpu=gpu, tp=s.tensor_parallel_size, pp=s.pipeline_parallel_size,
+                                         dp=s.data_parallel_size, expert_parallel=s.enable_expert_parallel))
         weights = weights if weights is not None else (wb.per_gpu_bytes if wb else 0)
         params = count_params(spec, spec.arch).active(spec.arch.moe)
     prefill_ps = 0
@@ -234,8 +238,52 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
     inputs = V1Inputs(requests=requests, scheduler=scheduler, layout=layout, offload=offload,
                       step_model=step_model(wf, path, serving, pool, notes), notes=tuple(notes))
     runs = _v1_allocators(wf, path, inputs, block, allocators, placement, notes)
+    dp, moe = wf.serving.data_parallel_size, _moe(serving)
+    router = choice.profile.rules.scheduler.router
+    servers = 1
+    if dp > 1:
+        if len(runs) > 1 or (runs[0].allocator is not None and not runs[0].allocator.paged):
+            raise ConfigError(f"{path}: data-parallel engines are simulated with vLLM's paged pool only; compare "
+                              "allocators on one engine (data_parallel_size: 1)")
+        from kvplan.core.sim.v1.dp import api_servers
+
+        try:
+            servers = api_servers(router, dp, wf.serving.api_server_count)
+        except KvplanError as exc:
+            raise ConfigError(f"{path}: serving: {exc}") from None
+        notes.extend(_dp_notes(serving, dp, servers, moe))
+        runs = (dataclasses.replace(runs[0], notes=tuple(notes)),)
     return V1Run(inputs=runs[0], others=runs[1:], block_size=block, session_turns=tuple(gen.turn_links),
-                 rejected=gen.rejected, user_requests=gen.user_requests or len(requests) + gen.rejected)
+                 rejected=gen.rejected, user_requests=gen.user_requests or len(requests) + gen.rejected,
+                 data_parallel_size=dp, router=router, api_servers=servers, moe=moe)
+
+
+def _moe(serving: Serving) -> bool:
+    spec = serving.spec
+    return spec is not None and spec.arch is not None and spec.arch.moe is not None
+
+
+def _dp_notes(serving: Serving, dp: int, servers: int, moe: bool) -> list[str]:
+    """How the data-parallel engines are simulated, and what of vLLM's runs is not."""
+    rules = serving.engine.profile.rules.scheduler
+    r = rules.router
+    ties = "ties by a scan whose start moves on each request" if r.rotate else "ties to the scan's first engine"
+    notes = [f"data parallel: {dp} engines, each its own scheduler and pool; vLLM {rules.release}'s load balancer "
+             f"(v1/engine/core_client.py::DPLBAsyncMPClient) sends each request as it arrives to the lowest "
+             f"{r.score.value}, from the counts the coordinator publishes (every 100 ms when changed, else 5 s) and "
+             f"its own since; {ties}"]
+    if servers > 1:
+        notes.append(f"{servers} API servers, each its own balancer (vLLM's default from 0.15.0, api_server_count "
+                     "to change it): requests reach them in turn (kvplan's assumption: the kernel spreads "
+                     "connections over them)")
+    if not (moe or r.dense_counts):
+        notes.append(f"vLLM {rules.release}: a dense model's engines publish no counts (0.14.0-0.26.0), so the "
+                     "balancer sees zeros and sends requests round-robin")
+    if moe or r.dense_lockstep:
+        notes.append(f"{'an MoE model' if moe else 'every model'}'s data-parallel engines step in lockstep in vLLM "
+                     f"{rules.release} (idle ones run dummy batches; each step lasts as long as the busiest "
+                     "engine's): kvplan times each engine's steps on its own, so its latencies are a lower bound")
+    return notes
 
 
 def _v1_allocators(wf: WorkloadFile, path: Path, inputs: V1Inputs, block: int, allocators: list[str] | None,
@@ -243,7 +291,6 @@ def _v1_allocators(wf: WorkloadFile, path: Path, inputs: V1Inputs, block: int, a
     """One run per allocator, vLLM's paged pool first: the allocators --allocator or the file names (the file's
     default list is the event engine's comparison; without one named, vLLM's pool alone). A contiguous allocator
     runs the same requests under the same scheduler, without prefix caching (a region cannot share a prefix)."""
-    import dataclasses
 
     names = allocators or (list(wf.allocators) if "allocators" in wf.model_fields_set else [f"paged-{block}"])
     specs = list({a.name: a for a in (allocator_spec(n, placement=placement or wf.placement) for n in names)}.values())

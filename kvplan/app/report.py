@@ -10,6 +10,7 @@ the turns of conversations.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,12 @@ def allocator_rows(run: SimulationRun) -> list[AllocatorRow]:
         drain_seconds=r.drain_seconds, peak_waiting=r.peak_waiting, mean_queue_seconds=r.mean_queue_seconds,
         queue_s=r.latency.queue_s if r.latency else None, ttft_s=r.latency.ttft_s if r.latency else None,
         e2e_s=r.latency.e2e_s if r.latency else None) for r in run.event]
+
+
+def rank_rows(run: SimulationRun) -> list[AllocatorRow]:
+    """One row per data-parallel engine (its own run over the requests it was sent), named by its rank."""
+    assert run.dp is not None
+    return [dataclasses.replace(_v1_row(run, r), allocator=f"engine {i}") for i, r in enumerate(run.dp.ranks)]
 
 
 def last_arrival_s(run: SimulationRun) -> float | None:
@@ -165,6 +172,8 @@ def _v1_extras(run: SimulationRun) -> dict[str, Any]:
         "latency_steps": {"queue": _pcts(r.queue_steps), "ttft": _pcts(r.ttft_steps), "e2e": _pcts(r.e2e_steps)},
         "sessions": {"turn_pairs": len(v.session_turns), "turns_before_previous_answer": late_turns(run)},
     }
+    if run.dp is not None:
+        doc["data_parallel"] = data_parallel_json(run)
     if inp.offload is not None:
         o = inp.offload
         doc["offload"] = {
@@ -175,6 +184,27 @@ def _v1_extras(run: SimulationRun) -> dict[str, Any]:
             "evicted_chunks": t.cpu_evicted_chunks,
         }
     return doc
+
+
+def data_parallel_json(run: SimulationRun) -> dict[str, Any]:
+    """Each data-parallel engine's share of the traffic and of the figures the run merged (kvplan.core.sim.v1.dp)."""
+    v, dp = run.plan.v1, run.dp
+    assert v is not None and dp is not None
+    router = v.router
+    return {
+        "size": v.data_parallel_size,
+        "router": {"score": router.score.value, "rotate": router.rotate, "api_servers": v.api_servers,
+                   "engines_publish_counts": v.moe or router.dense_counts, "interval_s": router.interval_ps / 1e12,
+                   "republish_s": router.republish_ps / 1e12},
+        "ranks": [{
+            "rank": i, "requests": len(rows), "completed": r.completed, "preemptions": r.preemptions,
+            "mean_running": r.mean_running, "peak_running": r.peak_running, "mean_kv_usage": r.mean_kv_usage,
+            "peak_kv_usage": r.peak_kv_usage_permille / 1000, "peak_waiting": r.peak_waiting,
+            "generated_tokens": r.generated_tokens, "throughput_tokens_per_s": r.throughput_tokens_per_s,
+            "busy_seconds": r.busy_seconds,
+            "latency_s": {"queue": _pcts(r.queue_s), "ttft": _pcts(r.ttft_s), "e2e": _pcts(r.e2e_s)},
+        } for i, (r, rows) in enumerate(zip(dp.ranks, dp.rows))],
+    }
 
 
 def late_turns(run: SimulationRun) -> int:

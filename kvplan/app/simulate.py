@@ -60,6 +60,16 @@ def run_simulation(plan: SimulationPlan, *, progress: Callable[[int], None] | No
     """The planned simulator over the planned requests (``workers`` > 1, or None for every usable CPU: the event
     engine's allocators in forked processes; ``progress`` gets the requests finished over all allocators;
     ``per_step``: vllm-v1 keeps every step's figures, which only a plot draws)."""
+    if plan.v1 is not None and plan.v1.data_parallel_size > 1:
+        from kvplan.core.sim.v1.dp import simulate_dp
+
+        try:
+            v = plan.v1
+            dp = simulate_dp(v.inputs, v.data_parallel_size, v.router, moe=v.moe, servers=v.api_servers,
+                             per_step=per_step, timeline_points=timeline_points)
+        except KvplanError as exc:
+            raise type(exc)(f"{plan.origin}: {exc}") from None
+        return SimulationRun(plan=plan, v1=dp.merged, dp=dp)
     if plan.v1 is not None:
         from kvplan.core.sim.v1 import simulate_v1
 
@@ -159,6 +169,8 @@ def _v1_needs(wf: WorkloadFile, serving: Serving) -> list[str]:
         needs.append("a CPU offload tier")
     if wf.scheduler.async_scheduling:
         needs.append("async scheduling (two batches in flight)")
+    if wf.serving.data_parallel_size > 1:
+        needs.append("data-parallel engines (vLLM's load balancer)")
     kinds = sorted({layer.kind.value for layer in serving.spec.layers} & {"sliding", "chunked", "linear"}
                    ) if serving.spec else []
     if kinds:

@@ -55,6 +55,10 @@ class V1Run:
     session_turns: tuple[tuple[int, int], ...] = ()  # (previous turn's request, this request)
     rejected: int = 0  # requests whose prompt reaches max_model_len (vLLM rejects them)
     user_requests: int = 0  # requests as the workload counts them (before parallel sampling's fan-out)
+    data_parallel_size: int = 1  # vLLM engines behind its load balancer, each with ``inputs``' pool and scheduler
+    router: Any = None  # their balancer's rules (kvplan.core.engines.vllm.scheduler_rules.RouterRules) when > 1
+    api_servers: int = 1  # the balancers (vLLM's API servers)
+    moe: bool = False  # the model has experts (its engines publish their counts and step in lockstep)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,5 +78,6 @@ class SimulationPlan:
 class SimulationRun:
     plan: SimulationPlan
     event: tuple[SimResult, ...] = ()  # one per allocator, in the plan's order
-    v1: V1Result | None = None  # vLLM's paged pool (the plan's v1.inputs)
+    v1: V1Result | None = None  # vLLM's paged pool (the plan's v1.inputs); data-parallel engines: merged
     v1_others: tuple[V1Result, ...] = ()  # the plan's v1.others
+    dp: Any = None  # data-parallel engines: each one's run and requests (kvplan.core.sim.v1.dp.DPResult)

@@ -21,15 +21,16 @@ _PARTS = (("token states", "#2e7d32"), ("reserved", "#f9a825"), ("internal frag"
 def plot_run(run: SimulationRun, path: Path, *, last_arrival_s: float | None) -> None:
     """The pool's split over time per allocator, whichever simulator ran; a vllm-v1 run whose pool is not split
     into token slots (Mamba state) shows vLLM's usage and the requests running and waiting instead."""
-    from kvplan.app.report import allocator_rows
+    from kvplan.app.report import allocator_rows, rank_rows
 
-    rows = allocator_rows(run)
-    results = list(run.event) if run.v1 is None else [run.v1, *run.v1_others]
+    rows = allocator_rows(run) if run.dp is None else rank_rows(run)  # data-parallel engines: a panel each
+    results = list(run.event) if run.v1 is None else list(run.dp.ranks) if run.dp else [run.v1, *run.v1_others]
     if all(r.token_states_frac is not None for r in rows):
         plot_shares(rows, [r.timeline for r in results], path, title=run.plan.name, last_arrival_s=last_arrival_s)
     else:
         assert run.v1 is not None
-        plot_v1(run.v1, path, title=run.plan.name, last_arrival_s=last_arrival_s)
+        plot_v1(results[0], path, title=run.plan.name + (" (engine 0)" if run.dp else ""),
+                last_arrival_s=last_arrival_s)
 
 
 def plot_shares(rows: list[AllocatorRow], timelines: list[tuple], path: Path, *, title: str,

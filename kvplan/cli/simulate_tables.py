@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from kvplan.app.report import AllocatorRow, allocator_rows, late_turns, run_notes, simulation_json
+from kvplan.app.report import (AllocatorRow, allocator_rows, data_parallel_json, late_turns, run_notes,
+                               simulation_json)
 from kvplan.app.simulation import SimulationRun
 from kvplan.cli.format import flag_value, format_bytes, make_console, new_table, print_table
 
@@ -27,6 +28,8 @@ def print_run(run: SimulationRun) -> None:
         _memory(rows)
     _service(run, rows)
     _latency(rows)
+    if run.dp is not None:
+        _ranks(run)
     if run.v1 is not None:
         _v1_tiers(run)
     for r in rows:
@@ -101,6 +104,18 @@ def _latency(rows: list[AllocatorRow]) -> None:
     if latency.rows:
         print_table(console, latency)
         console.print("from arrival: queue to admission, TTFT to the end of the prefill step, e2e to completion")
+
+
+def _ranks(run: SimulationRun) -> None:
+    dp = data_parallel_json(run)
+    table = new_table("rank", "requests", "batch", "preempt", "KV use", "peak", "TTFT p50", "p99", numeric="*",
+                      title=f"Data-parallel engines ({dp['size']}): KV use and TTFT seconds per engine")
+    for r in dp["ranks"]:
+        ttft = r["latency_s"]["ttft"] or {}
+        table.add_row(str(r["rank"]), f"{r['requests']:,}", f"{r['mean_running']:.1f}", f"{r['preemptions']:,}",
+                      _pct(r["mean_kv_usage"]), _pct(r["peak_kv_usage"]), _secs(ttft.get("p50")),
+                      _secs(ttft.get("p99")))
+    print_table(console, table)
 
 
 def _v1_tiers(run: SimulationRun) -> None:

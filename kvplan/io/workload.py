@@ -57,6 +57,14 @@ class Serving(_Strict):
                                             "engines`).")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs a layer is split over. Default 1.")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages. Default 1.")
+    data_parallel_size: int = Field(1, ge=1, le=512, description="vLLM engines (-dp N), each its own scheduler and "
+                                    "KV pool on tensor_parallel_size GPUs, behind vLLM's load balancer. Default 1.")
+    api_server_count: int | None = Field(None, ge=1, le=512, description="vLLM --api-server-count with "
+                                         "data_parallel_size > 1: the API servers, each a load balancer of its own; "
+                                         "default: the release's (1; data_parallel_size from 0.15.0).")
+    enable_expert_parallel: bool = Field(False, description="vLLM --enable-expert-parallel: an MoE model's experts "
+                                         "whole on each of the data_parallel_size x tensor_parallel_size GPUs "
+                                         "(sizes each engine's pool). Default false.")
     kv_cache_dtype: str = Field("auto", description="KV dtype (auto: the model's dtype; fp8, fp16, ...).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Share of GPU memory the engine "
                                                  "may use; default: the release's own (vLLM: 0.9, 0.92 from 0.20).")

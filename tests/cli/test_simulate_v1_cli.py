@@ -260,7 +260,8 @@ step_time: {model: constant, seconds: 0.02}
 """)
     old, new = run(path, "--engine", "vllm==0.18.0"), run(path, "--engine", "vllm==0.19.1")
     assert old["allocators"]["paged-16"]["preemptions"] > 0 == new["allocators"]["paged-16"]["preemptions"]
-    assert "scheduler: vLLM 0.14.0's rules (0.14.0 to before 0.19.0" in "\n".join(old["notes"])
+    # 0.15.0's rules: 0.14.0's scheduler with 0.15.0's data-parallel balancer (one API server per engine)
+    assert "scheduler: vLLM 0.15.0's rules (0.15.0 to before 0.19.0" in "\n".join(old["notes"])
     assert "scheduler: vLLM 0.19.0's rules (0.19.0 to before 0.20.0" in "\n".join(new["notes"])
     # the release asked for is named beside the profile that stands for it
     assert "vllm 0.19.1: the rules of the 0.19.0 profile" in "\n".join(new["notes"])

@@ -203,7 +203,7 @@ def test_a_watermark_needs_a_release_that_has_it():
 @pytest.mark.parametrize("asked,says", [
     ("0.19.1", "scheduler: vLLM 0.19.0's rules (0.19.0 to before 0.20.0"),
     ("0.20.1", "scheduler: vLLM 0.20.0's rules (0.20.0 to before 0.20.2"),
-    ("0.27.1", "scheduler: vLLM 0.26.0's rules (0.26.0 to before 0.28.0"),
+    ("0.27.1", "scheduler: vLLM 0.27.0's rules (0.27.0 to before 0.28.0"),  # 0.27.0: the data-parallel balancer
     ("0.33.0", "scheduler: vLLM 0.31.0's rules (0.31.0 and later"),
 ])
 def test_the_note_names_the_scheduler_release_followed(asked, says):

@@ -23,7 +23,8 @@ from kvplan.core.engines.vllm.rules import (  # noqa: F401  (imported from here:
     PagePadding,
     VLLMRules,
 )
-from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, FreeOrder, SchedulerRules, WindowCap  # noqa: F401
+from kvplan.core.engines.vllm.scheduler_rules import (  # noqa: F401
+    V1_BASELINE, FreeOrder, RouterRules, SchedulerRules, Score, WindowCap)
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.profiles import EngineProfile, chain
 from kvplan.core.units import GiB
@@ -74,6 +75,13 @@ _V2_ARCHITECTURES_0_26 = ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Ink
                           "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM")
 
 _table = _ReleaseTable(_OLDEST)
+
+
+def _router(**changed: object) -> RouterRules:
+    """The previous release's data-parallel load balancer with ``changed`` replaced."""
+    return dataclasses.replace(_table.rules.scheduler.router, **changed)
+
+
 _table.at("0.6.2", (
     "the V0 engine; KV = total x util - (free at start - free after the profile run) "
     "(0.6.3: vllm/worker/worker.py::Worker.determine_num_available_blocks)",
@@ -192,8 +200,17 @@ _table.at("0.13.0", ("the fused-MoE workspace stays allocated between layers and
 _table.at("0.14.0", ("scheduler: async scheduling on by default, two batches in flight "
                      "(0.14.0: vllm/config/vllm.py::VllmConfig.__post_init__)",
                      "max_model_len = -1 fits the longest context the KV memory holds "
-                     "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)"),
-          scheduler=_table.sched("0.14.0", async_default=True), auto_fit=True)
+                     "(0.14.0: kv_cache_utils.py::_auto_fit_max_model_len)",
+                     "scheduler, data parallel: a dense model's engines run independently (no lockstep, no dummy "
+                     "batches) and publish no counts, so the balancer spreads requests round-robin (0.14.0: "
+                     "vllm/v1/engine/core.py::EngineCoreProc.run_engine_core)"),
+          scheduler=_table.sched("0.14.0", async_default=True, router=_router(dense_counts=False,
+                                                                               dense_lockstep=False)),
+          auto_fit=True)
+_table.at("0.15.0", ("scheduler, data parallel: `vllm serve -dp N` starts N API servers, each its own load balancer "
+                     "(0.15.0: vllm/entrypoints/cli/serve.py::ServeSubcommand.cmd, --api-server-count defaults to "
+                     "data_parallel_size)",),
+          scheduler=_table.sched("0.15.0", router=_router(servers_per_engine=True)))
 _table.at("0.16.0", ("--mamba-cache-mode: a Mamba layer holds 1 + num_speculative_blocks blocks a request, 2 + "
                      "num_speculative_blocks with 'align' (prefix caching) "
                      "(0.16.0: vllm/v1/kv_cache_interface.py::MambaSpec.max_memory_usage_bytes)",
@@ -266,6 +283,10 @@ _table.at("0.24.0", ("scheduler, prefix caching: every freed block without a has
                      "AttentionBackend.indexes_kv_by_block_stride); 0.23.x refused it"),
           scheduler=_table.sched("0.24.0", free_order=FreeOrder.UNHASHED_FIRST, watermark=True),
           page_padding="block_stride")
+_table.at("0.25.0", ("scheduler, data parallel: the balancer's scan for the lowest score starts one engine further on after "
+                     "each request (0.25.0: vllm/v1/engine/core_client.py::DPLBAsyncMPClient."
+                     "get_core_engine_for_request)",),
+          scheduler=_table.sched("0.25.0", router=_router(rotate=True)))
 _table.at("0.26.0", ("sliding and chunked layers admit max_in_flight_tokens = batches in flight x "
                      "max_num_batched_tokens (0.26.0: vllm/v1/kv_cache_interface.py "
                      "max_admission_blocks_per_request)",
@@ -288,8 +309,14 @@ _table.at("0.27.0", ("the budget charges memory consumed by the profile run (fre
                      "transient torch peak (0.27.0: vllm/utils/mem_utils.py::memory_profiling)",
                      "the V2 model runner's list adds KimiK3ForConditionalGeneration and takes a listed hybrid (0.27.0: "
                      "vllm/config/vllm.py::VllmConfig._is_default_v2_model_runner_model, "
-                     "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)"),
-          budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"))
+                     "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)",
+                     "scheduler, data parallel: the balancer scores max(client_count x its requests in flight, "
+                     "waiting + "
+                     "running) plus waiting x 6 x max(0, KV usage - 0.5), and every engine publishes its counts with "
+                     "its KV usage (0.27.0: vllm/v1/engine/core_client.py::DPLBAsyncMPClient."
+                     "get_core_engine_for_request, vllm/v1/engine/core.py::EngineCoreProc.run_busy_loop)"),
+          budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"),
+          scheduler=_table.sched("0.27.0", router=_router(score=Score.IN_FLIGHT, dense_counts=True)))
 _table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
                      "(0.28.0: vllm/engine/arg_utils.py)",
                      "bitsandbytes checkpoints no longer load: vllm/model_executor/layers/quantization/bitsandbytes.py "

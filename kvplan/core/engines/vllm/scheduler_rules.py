@@ -56,6 +56,40 @@ class FreeOrder(str, Enum):
     UNHASHED_FIRST = "unhashed first"  # pool::BlockPool.free_blocks: unhashed prepended, hashed appended (0.24.0)
 
 
+class Score(str, Enum):
+    """How the balancer scores an engine, the lowest taken (a str Enum: `kvplan engines --json` prints the value).
+    cc = v1/engine/core_client.py::DPLBAsyncMPClient.get_core_engine_for_request."""
+
+    QUEUE = "waiting x 4 + running"  # 0.10.1 (cc L1144); 0.10.0 compared [waiting, running] as a list: not modelled
+    # max(client_count x in flight, waiting + running), plus waiting x 6 x max(0, KV usage - 0.5) where any wait;
+    # in flight: this balancer's requests sent to the engine and not finished (0.27.0: cc L1493-1501, L1518)
+    IN_FLIGHT = "max(in flight, waiting + running) + KV pressure on waiting"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterRules:
+    """One release's load balancer between data-parallel engines (kvplan.core.sim.v1.dp; the sources read:
+    docs/engines.md, "vLLM's load balancer")."""
+
+    score: Score
+    # the scan's start moves on one engine after each request (0.25.0: cc L1442); before, it stays at
+    # len(engines) x client_index // client_count, so ties go to the same engine
+    rotate: bool
+    # the engines of a dense (non-MoE) model publish their waiting and running counts: every DP engine was a
+    # DPEngineCoreProc, which publishes, before 0.14.0; from 0.14.0 a dense model's engines are plain EngineCoreProcs
+    # (v1/engine/core.py::EngineCoreProc.run_engine_core), which publish from 0.27.0 (EngineCoreProc.run_busy_loop):
+    # in between the balancer sees zeros, and only its own additions spread the requests (round-robin)
+    dense_counts: bool
+    # a dense model's engines step in lockstep (dummy batches when idle) before 0.14.0 (core.py::run_engine_core)
+    dense_lockstep: bool
+    # `vllm serve -dp N` starts N API servers, each a balancer of its own (client_count N), from 0.15.0
+    # (entrypoints/cli/serve.py: api_server_count defaults to data_parallel_size); before, one
+    servers_per_engine: bool
+    interval_ps: int = 100 * 10**9  # v1/engine/coordinator.py: min_stats_update_interval_ms = 100, when changed
+    republish_ps: int = 5 * 10**12  # ... else every 5 s (coordinator.py: `wait_for = ... else 5000`), which also
+    # drops the balancer's own additions
+
+
 @dataclass(frozen=True, kw_only=True)
 class SchedulerRules:
     """One release's scheduler and KV cache manager, as far as plain text requests can tell."""
@@ -95,6 +129,10 @@ class SchedulerRules:
     # checkpoint blocks (stm::SlidingWindowManager.reachable_block_mask, kv_cache_coordinator.py::
     # replay_boundaries) (0.29.0). Not modelled: kvplan caches every full block, as 0.11-0.28 do; noted.
     window_checkpoint_caching: bool
+    # v1/engine/core_client.py::DPLBAsyncMPClient.get_core_engine_for_request: how the front end sends each request
+    # to one of the data-parallel engines (kvplan.core.sim.v1.dp)
+    router: RouterRules = RouterRules(score=Score.QUEUE, rotate=False, dense_counts=True, dense_lockstep=True,
+                                      servers_per_engine=False)
 
 
 V1_BASELINE = SchedulerRules(

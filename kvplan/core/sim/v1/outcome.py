@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.core.sim.v1.result import TierStats, V1Result, percentiles
+from kvplan.core.sim.v1.result import Percentiles, TierStats, V1Result, percentiles
 from kvplan.core.sim.v1.shares import Shares, TimelinePoint
+from kvplan.core.sim.v1.tables import RequestRecords
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,16 +37,9 @@ def v1_result(sim, t: Tally, per_step: tuple[list[int], ...], memory: Shares | N
     if records.written != len(records):  # pragma: no cover - a guard, not a path
         raise AssertionError(f"{len(records) - records.written} requests never finished")
     timed = inputs.step_model is not None
-    col = records.column
-    arrival, first, token, finish = col("arrival_step"), col("first_scheduled_step"), col("first_token_step"), \
-        col("finish_step")
     prompt_tokens = sum(sim.columns.prompt)
-    cached = sum(col("cached_tokens"))
+    cached = sum(records.column("cached_tokens"))
     busy = t.busy_ps / 1e12 if timed else None
-    if timed:
-        a = col("arrival_ps")
-        q_s, t_s, e_s = ([(x - y) / 1e12 for x, y in zip(col(f), a)]
-                         for f in ("first_scheduled_ps", "first_token_ps", "finish_ps"))
     ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = per_step
     return V1Result(
         steps=t.steps, mean_running=t.run_sum / t.steps if t.steps else 0.0, peak_running=t.peak,
@@ -55,14 +49,27 @@ def v1_result(sim, t: Tally, per_step: tuple[list[int], ...], memory: Shares | N
         per_step_running=tuple(ps_running), per_step_kv_usage_permille=tuple(ps_usage),
         per_step_scheduled_tokens=tuple(ps_tokens), per_step_waiting=tuple(ps_waiting),
         per_step_start_ps=tuple(ps_start), peak_kv_usage_permille=t.peak_usage, peak_waiting=t.peak_waiting,
-        tiers=_tiers(sim, t), queue_steps=percentiles(x - y for x, y in zip(first, arrival)),
-        ttft_steps=percentiles(x - y + 1 for x, y in zip(token, arrival)),
-        e2e_steps=percentiles(x - y + 1 for x, y in zip(finish, arrival)),
-        queue_s=percentiles(q_s) if timed else None, ttft_s=percentiles(t_s) if timed else None,
-        e2e_s=percentiles(e_s) if timed else None, seconds=t.clock / 1e12 if timed else None, busy_seconds=busy,
+        tiers=_tiers(sim, t), **latency(records, timed), seconds=t.clock / 1e12 if timed else None, busy_seconds=busy,
         throughput_tokens_per_s=t.generated / busy if busy else None, notes=inputs.notes + _notes(sim, memory),
         allocator=_allocator_name(inputs), timeline=timeline,
         **({f: getattr(memory, f) for f in Shares.__slots__} if memory is not None else {}))
+
+
+def latency(records: RequestRecords, timed: bool) -> dict[str, Percentiles | None]:
+    """V1Result's latency percentiles over every request recorded: in steps from the step it arrived (to the end of
+    its first-token and last steps, so a one-step request takes 1), and in seconds from its arrival where timed."""
+    col = records.column
+    arrival, first, token, finish = (col(f) for f in ("arrival_step", "first_scheduled_step", "first_token_step",
+                                                      "finish_step"))
+    out: dict[str, Percentiles | None] = dict(
+        queue_steps=percentiles(x - y for x, y in zip(first, arrival)),
+        ttft_steps=percentiles(x - y + 1 for x, y in zip(token, arrival)),
+        e2e_steps=percentiles(x - y + 1 for x, y in zip(finish, arrival)), queue_s=None, ttft_s=None, e2e_s=None)
+    if timed:
+        a = col("arrival_ps")
+        for name, f in (("queue_s", "first_scheduled_ps"), ("ttft_s", "first_token_ps"), ("e2e_s", "finish_ps")):
+            out[name] = percentiles((x - y) / 1e12 for x, y in zip(col(f), a))
+    return out
 
 
 def _tiers(sim, t: Tally) -> TierStats:  # type: ignore[no-untyped-def]

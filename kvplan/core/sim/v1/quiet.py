@@ -32,6 +32,7 @@ class Quiet:
 
     def __init__(self, sim, ps: tuple[list[int], ...] | None, timeline: list, points: int) -> None:
         mgr, cfg = sim.mgr, sim.cfg
+        self.sim = sim  # a data-parallel rank's router horizon (sim.open, sim.horizon)
         self.mgr, self.pool, self.books = mgr, mgr.pool, mgr.books
         self.capacity = mgr.books.capacity
         self.async_ = cfg.async_scheduling

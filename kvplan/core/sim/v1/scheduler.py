@@ -30,6 +30,8 @@ interface (contiguous.py): the loop is the same. Each counted step adds the pool
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass
 
 from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.hashing import BlockHasher
@@ -47,6 +49,17 @@ from kvplan.errors import InputError
 MAX_IDLE_STEPS = 1 << 40
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """What a router sees of a rank when it yields: its queues, free blocks of ``capacity`` and finished requests."""
+
+    waiting: int
+    running: int
+    free: int
+    capacity: int
+    completed: int
+
+
 def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True,
                 timeline_points: int = 0, per_step: bool = True) -> V1Result:
     """Run every request to completion; ``check_invariants`` verifies the pool's books every step;
@@ -59,6 +72,16 @@ def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: 
     sim.timeline_points = timeline_points
     sim.per_step = per_step
     return sim.run()
+
+
+def rank_sim(inputs: V1Inputs, routed: list[int]) -> _Sim:
+    """One data-parallel rank's scheduler for a router to drive (kvplan.core.sim.v1.dp): ``routed`` holds the rows of
+    ``inputs.requests`` sent to it so far, in arrival order, and grows as the router sends more; ``steps()`` runs it
+    until it needs to know what arrives next."""
+    sim = _Sim(inputs, False, routed=routed)
+    sim.per_step = False
+    sim.open = True
+    return sim
 
 
 def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
@@ -75,7 +98,7 @@ def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
 
 
 class _Sim:
-    def __init__(self, inputs: V1Inputs, check: bool) -> None:
+    def __init__(self, inputs: V1Inputs, check: bool, *, routed: list[int] | None = None) -> None:
         self.inputs = inputs
         cfg = inputs.scheduler
         self.cfg = cfg
@@ -101,8 +124,18 @@ class _Sim:
             self.mgr.screen(self._state(i) for i in range(len(requests)))
         # the requests in arrival order, each made a state when the loop first reads it (a million requests' states,
         # block keys included, would take gigabytes), and recorded when it finishes
-        self.pending = Pending(cols.arrival_order(), self._state)
+        self.pending = Pending(cols.arrival_order() if routed is None else routed, self._state)
         self.records = RequestRecords(requests, timed=inputs.step_model is not None)
+        # driven by a router (rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
+        # or later; the loop yields its view (View) before a step whose check would see that far
+        self.open = False
+        self.horizon = 0
+        self.routed = routed is not None
+        self.finished: list[int] = []  # a routed rank's rows, as they finish (its router's books)
+        if routed is not None:
+            self.records.log = self.finished
+        if routed is not None and not self.timed:
+            raise InputError("data-parallel ranks need requests that arrive in time (a step-time model)")
 
     def _state(self, i: int) -> ReqState:
         r = self.inputs.requests[i]
@@ -115,6 +148,17 @@ class _Sim:
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> V1Result:
+        loop = self.steps()
+        try:
+            while True:
+                next(loop)  # a router drives a rank's loop (rank_sim); alone it never yields
+        except StopIteration as done:
+            return done.value
+
+    def steps(self) -> Generator[View, None, V1Result | None]:
+        """The loop. Driven by a router (``open``), it yields its View whenever its next check would see the
+        router's ``horizon``, or it is idle with nothing sent; once the router closes it, it runs to the end and
+        returns None (a rank's result comes from its own run over the requests it was sent)."""
         # One function on purpose: a measured hot loop (benchmarks/bench_v1.py, bench_default_path.py). Its state
         # lives in local variables, since an attribute read is a dictionary lookup and a call one more frame, for
         # every request at every step; steady decode stretches run in stretch.py, the pool's rules in
@@ -163,7 +207,17 @@ class _Sim:
         quiet = Quiet(self, (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start) if keep else None, timeline,
                       points)
         use_quiet = quiet.usable
-        while nxt < n_pending or waiting or running:
+        while nxt < n_pending or waiting or running or self.open:
+            if self.open:  # a data-parallel rank: what arrives by the horizon or later is the router's to say
+                if not waiting and not running:  # idle: its next check is at the next request sent, if any
+                    sees = pending[nxt].req.arrival_ps if nxt < n_pending else self.horizon
+                else:
+                    sees = launched if in_flight is not None else clock
+                if sees >= self.horizon:
+                    yield View(waiting=len(waiting), running=len(running), free=pool.num_free, capacity=capacity,
+                               completed=completed)
+                    n_pending = len(pending)
+                    continue
             if not waiting and not running:  # idle: jump to the next arrival
                 in_flight = None  # only finished requests' outputs could be left: nothing to process
                 if timed:
@@ -416,6 +470,9 @@ class _Sim:
                 raise InputError("the simulation did not end")
         self.quiet_stretches = quiet.count
         self.quiet_counts = (quiet.steps, quiet.admitted, quiet.stopped)
+        self.final = (steps, preemptions, completed, generated, clock)
+        if self.routed:
+            return None  # a rank driven by a router: its requests are a subset
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         # the mean of 1 - free / capacity over the counted steps, from the exact sum of the free blocks
         usage = 1.0 - sum_free / (steps * capacity) if steps and capacity else 0.0

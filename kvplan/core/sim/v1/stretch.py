@@ -102,6 +102,11 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     n_pending = len(pending)
     arrival = (None if nxt == n_pending else
                pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+    # a data-parallel rank (scheduler.rank_sim): nothing is known past the router's horizon, which ends the stretch
+    # where an arrival would be seen (a barrier, not an arrival)
+    routed, horizon = q.sim.open, q.sim.horizon
+    if arrival is None and routed:
+        arrival = horizon
     lag = 1 if async_ else 0  # the loop sees an arrival by the start of the batch in flight (async) or the clock
     kcap = 1 << 62 if finishes else kmax
     k_arr = arrives(1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)
@@ -136,6 +141,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     k = 0
     while k < kcap:
         arriving = k == k_arr
+        if arriving and routed and nxt == n_pending:
+            break  # the router's horizon: the loop hands back to it from this step
         skip = -1  # a step whose crossings are done here, before the run of steps from it
         stopping = todo = adm = None
         if arriving or (heap and heap[0] == k):
@@ -165,6 +172,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     nxt += 1
                     arrival = (None if nxt == n_pending else
                                pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+                if arrival is None and routed:
+                    arrival = horizon
                 nw = len(waiting)
                 if absorb:
                     k_arr = arrives(k + 1, kcap, arrival, timed, s, lag, k0, clock0, base, pt, kv0, n)

@@ -167,7 +167,7 @@ class RequestRecords(_Rows[RequestRecord]):
     """Each request's record (RequestRecord) as it finished, in request order; ``write`` takes a finished
     ReqState (kvplan.core.sim.v1.state), ``column`` one figure of every request."""
 
-    __slots__ = ("_cols", "_ids", "_timed", "written")
+    __slots__ = ("_cols", "_ids", "_timed", "log", "written")
 
     def __init__(self, requests: Sequence[V1Request], timed: bool) -> None:
         n = len(requests)
@@ -175,15 +175,25 @@ class RequestRecords(_Rows[RequestRecord]):
         self._timed = timed
         self._cols = {f: array("q", bytes(8 * n)) for f in FIELDS}
         self.written = 0
+        self.log: list[int] | None = None  # the rows in the order they finished, where asked (a data-parallel rank)
 
     def write(self, r) -> None:  # type: ignore[no-untyped-def]
         i = r.index
         for f, col in self._cols.items():
             col[i] = getattr(r, f)
         self.written += 1
+        if self.log is not None:
+            self.log.append(i)
 
     def column(self, name: str) -> array:
         return self._cols[name]
+
+    def place(self, other: RequestRecords, rows: Sequence[int]) -> None:
+        """Write ``other``'s records (a run over some of these requests: kvplan.core.sim.v1.dp) at ``rows``."""
+        for f, col in self._cols.items():
+            for i, v in zip(rows, other.column(f)):
+                col[i] = v
+        self.written += len(rows)
 
     @property
     def timed(self) -> bool:

@@ -138,10 +138,9 @@ def _simulate_one(job: tuple[str, dict, int]) -> tuple[dict | None, int, int, in
 
 
 def _not_simulable(c) -> str:  # type: ignore[no-untyped-def]
-    if c.pp > 1:
-        return "not simulated: the vllm-v1 simulator runs one pipeline stage (pipeline_parallel_size 1)"
-    if c.dp > 1 and c.engine != "vllm":
-        return f"not simulated: {c.engine}'s data-parallel ranks (simulate runs vLLM's load balancer only)"
+    if c.engine != "vllm" and (c.pp > 1 or c.dp > 1):
+        return (f"not simulated: {c.engine}'s pipeline stages and data-parallel ranks (simulate runs vLLM's batch "
+                "queue and load balancer only)")
     if c.asked_weights != "auto":
         return "not simulated: a workload's serving block takes no weight format"
     return ""

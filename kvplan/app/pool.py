@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kvplan.app.requests import V1Requests
 from kvplan.app.simulation import V0_MIN_BATCHED_TOKENS, EventRun, Pool, Serving, V1Run
+from kvplan.core.engines.vllm.budget import in_flight
 from kvplan.core.sim.model import Preemption, RequestArrays, SimConfig, StepModel, allocator_spec
 from kvplan.core.sim.v1 import OffloadConfig, SchedulerConfig, V1Inputs, layout_from_plan
 from kvplan.core.spec import LinearLayer
@@ -104,7 +105,8 @@ def step_model(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, notes
     if wf.step_time.model == "constant" or spec is None or gpu is None or not gpu.hbm_bandwidth_bytes_per_s:
         if wf.step_time.seconds is None:
             raise ConfigError(f"{path}: step_time.seconds is needed (a roofline needs serving.model and a catalog gpu)")
-        return StepModel(base_ps=round(wf.step_time.seconds * 10**12), per_token_ps=0, per_prefill_token_ps=0)
+        return StepModel(base_ps=round(wf.step_time.seconds * 10**12), per_token_ps=0, per_prefill_token_ps=0,
+                         stages=s.pipeline_parallel_size)  # a stage's time with pipeline parallelism
     from kvplan.core.capacity.common import FitRequest, model_weights
     from kvplan.core.weights import count_params
 
@@ -123,8 +125,9 @@ def step_model(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, notes
     else:
         notes.append(f"{gpu.name} has no bf16 TFLOP/s in the catalog: prefill compute is not timed "
                      "(steps take the weight and KV reads only)")
+    # one stage's weights and KV per GPU: a step is a stage's time, a batch takes pp of them (StepModel.stages)
     return StepModel(base_ps=round((weights or 0) / bw * 1e12), per_token_ps=round(pool.bytes_per_token / bw * 1e12),
-                     per_prefill_token_ps=prefill_ps)
+                     per_prefill_token_ps=prefill_ps, stages=s.pipeline_parallel_size)
 
 
 # -- the event engine -----------------------------------------------------------------------------------------
@@ -193,8 +196,12 @@ def _v1_checks(wf: WorkloadFile, path: Path, serving: Serving) -> None:
     s = wf.serving
     if serving.engine.name != "vllm":
         raise ConfigError(f"{path}: the vllm-v1 simulator needs serving.engine: vllm (got {s.engine})")
-    if s.pipeline_parallel_size != 1:
-        raise ConfigError(f"{path}: the vllm-v1 simulator plans one pipeline stage; set pipeline_parallel_size: 1")
+    kinds = {layer.kind.value for layer in serving.spec.layers} & {"sliding", "chunked", "linear"} \
+        if serving.spec is not None else set()
+    if s.pipeline_parallel_size > 1 and kinds:
+        raise ConfigError(f"{path}: pipeline parallelism with {'/'.join(sorted(kinds))} layers: vLLM groups the "
+                          "whole model's layers for the scheduler while kvplan plans each stage's; simulate it at "
+                          "pipeline_parallel_size: 1")
     if wf.sharing.beam_width > 1:
         raise ConfigError(f"{path}: vLLM v1's scheduler has no beam search; set sharing.beam_width: 1")
     if serving.spec is None:
@@ -211,16 +218,35 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
     sch, choice = wf.scheduler, serving.engine
     mnbt = v1_batched_tokens(wf, serving, notes)
     caching = v1_prefix_caching(wf, serving, notes)
-    async_ = choice.profile.rules.async_default if sch.async_scheduling is None else sch.async_scheduling
-    if sch.async_scheduling is None and async_:
+    pp = wf.serving.pipeline_parallel_size
+    flight = in_flight(choice.profile.rules, serving.spec, mnbt, pp, sch.async_scheduling)
+    async_ = flight.async_scheduling
+    if pp > 1 and async_ and not flight.v2_runner:
+        # config/vllm.py::VllmConfig.__post_init__ (0.33.0): the V1 model runner runs no async scheduling with pp
+        if sch.async_scheduling:
+            raise ConfigError(f"{path}: vLLM {choice.version} refuses async scheduling with pipeline parallelism on "
+                              "its V1 model runner (this model's); set scheduler.async_scheduling: false")
+        async_ = False
+        notes.append(f"async scheduling off: vLLM {choice.version} turns it off with pipeline parallelism on its V1 "
+                     f"model runner; {pp} batches in flight")
+    elif sch.async_scheduling is None and async_ and pp == 1:
         notes.append("async scheduling on (vLLM's default from 0.14.0: two batches in flight); set "
                      "scheduler.async_scheduling: false for the synchronous scheduler")
+    if pp > 1 and async_:
+        notes.append(f"pipeline parallel {pp} on vLLM's V2 model runner with async scheduling: {pp + 1} batches in "
+                     f"flight, a request's decodes {pp} steps apart (v1/core/sched/async_scheduler.py::"
+                     "AsyncScheduler.decode_stagger)")
+    elif pp > 1:
+        notes.append(f"pipeline parallel {pp}: {pp} batches in flight, each step a stage's time; a request's next "
+                     "token is scheduled once its last one is back (v1/engine/core.py::EngineCore."
+                     "step_with_batch_queue)")
     try:
         layout = layout_from_plan(pool.plan, serving.max_model_len)
         scheduler = SchedulerConfig(max_num_seqs=v1_max_num_seqs(wf, serving, notes), max_num_batched_tokens=mnbt,
                                     max_model_len=serving.max_model_len, enable_prefix_caching=caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
-                                    async_scheduling=async_, rules=choice.profile.rules.scheduler)
+                                    async_scheduling=async_, pipeline_parallel_size=pp,
+                                    v2_model_runner=flight.v2_runner, rules=choice.profile.rules.scheduler)
         notes.extend(scheduler_notes(choice.profile, layout, caching=caching))
         offload = _offload(wf)
     except KvplanError as exc:
@@ -245,8 +271,12 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
         if len(runs) > 1 or (runs[0].allocator is not None and not runs[0].allocator.paged):
             raise ConfigError(f"{path}: data-parallel engines are simulated with vLLM's paged pool only; compare "
                               "allocators on one engine (data_parallel_size: 1)")
+        from kvplan.core.profiles import Version
         from kvplan.core.sim.v1.dp import api_servers
 
+        if Version.parse(choice.version) < Version.parse("0.10.0"):
+            raise ConfigError(f"{path}: vLLM {choice.version}'s data-parallel serving is not modelled (kvplan reads "
+                              "vLLM's load balancer from 0.10.0); pin vllm==0.10.0 or later")
         try:
             servers = api_servers(router, dp, wf.serving.api_server_count)
         except KvplanError as exc:
@@ -265,23 +295,26 @@ def _moe(serving: Serving) -> bool:
 
 def _dp_notes(serving: Serving, dp: int, servers: int, moe: bool) -> list[str]:
     """How the data-parallel engines are simulated, and what of vLLM's runs is not."""
-    rules = serving.engine.profile.rules.scheduler
+    rules, version = serving.engine.profile.rules.scheduler, serving.engine.version
     r = rules.router
     ties = "ties by a scan whose start moves on each request" if r.rotate else "ties to the scan's first engine"
-    notes = [f"data parallel: {dp} engines, each its own scheduler and pool; vLLM {rules.release}'s load balancer "
+    notes = [f"data parallel: {dp} engines, each its own scheduler and pool; vLLM {version}'s load balancer "
              f"(v1/engine/core_client.py::DPLBAsyncMPClient) sends each request as it arrives to the lowest "
              f"{r.score.value}, from the counts the coordinator publishes (every 100 ms when changed, else 5 s) and "
              f"its own since; {ties}"]
+    if version.startswith("0.10.0"):
+        notes.append("vLLM 0.10.0's balancer compared [waiting, running] as a list and republished every 4 s: "
+                     "simulated with 0.10.1's rule (waiting x 4 + running), every 5 s")
     if servers > 1:
         notes.append(f"{servers} API servers, each its own balancer (vLLM's default from 0.15.0, api_server_count "
                      "to change it): requests reach them in turn (kvplan's assumption: the kernel spreads "
                      "connections over them)")
     if not (moe or r.dense_counts):
-        notes.append(f"vLLM {rules.release}: a dense model's engines publish no counts (0.14.0-0.26.0), so the "
+        notes.append(f"vLLM {version}: a dense model's engines publish no counts (0.14.0-0.26.0), so the "
                      "balancer sees zeros and sends requests round-robin")
     if moe or r.dense_lockstep:
         notes.append(f"{'an MoE model' if moe else 'every model'}'s data-parallel engines step in lockstep in vLLM "
-                     f"{rules.release} (idle ones run dummy batches; each step lasts as long as the busiest "
+                     f"{version} (idle ones run dummy batches; each step lasts as long as the busiest "
                      "engine's): kvplan times each engine's steps on its own, so its latencies are a lower bound")
     return notes
 

@@ -202,7 +202,8 @@ def data_parallel_json(run: SimulationRun) -> dict[str, Any]:
             "peak_kv_usage": r.peak_kv_usage_permille / 1000, "peak_waiting": r.peak_waiting,
             "generated_tokens": r.generated_tokens, "throughput_tokens_per_s": r.throughput_tokens_per_s,
             "busy_seconds": r.busy_seconds,
-            "latency_s": {"queue": _pcts(r.queue_s), "ttft": _pcts(r.ttft_s), "e2e": _pcts(r.e2e_s)},
+            # an engine sent nothing has no latency (null, not zeros)
+            "latency_s": {"queue": _pcts(r.queue_s), "ttft": _pcts(r.ttft_s), "e2e": _pcts(r.e2e_s)} if rows else None,
         } for i, (r, rows) in enumerate(zip(dp.ranks, dp.rows))],
     }
 

@@ -111,7 +111,7 @@ def _ranks(run: SimulationRun) -> None:
     table = new_table("rank", "requests", "batch", "preempt", "KV use", "peak", "TTFT p50", "p99", numeric="*",
                       title=f"Data-parallel engines ({dp['size']}): KV use and TTFT seconds per engine")
     for r in dp["ranks"]:
-        ttft = r["latency_s"]["ttft"] or {}
+        ttft = (r["latency_s"] or {}).get("ttft") or {}
         table.add_row(str(r["rank"]), f"{r['requests']:,}", f"{r['mean_running']:.1f}", f"{r['preemptions']:,}",
                       _pct(r["mean_kv_usage"]), _pct(r["peak_kv_usage"]), _secs(ttft.get("p50")),
                       _secs(ttft.get("p99")))

@@ -41,6 +41,10 @@ class SchedulerSpec(_Strict):
     async_scheduling: bool = Field(False, description="Two batches in flight (vLLM's default since 0.14.0): each "
                                    "batch is scheduled before the previous one's output is processed.")
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64, description="Pipeline stages: batches in flight (pp with "
+                                        "the synchronous scheduler, pp + 1 with async on the V2 model runner).")
+    v2_model_runner: bool = Field(False, description="vLLM's V2 model runner (async scheduling with pipeline "
+                                  "parallelism: a request's decodes pp steps apart).")
 
 
 class OffloadSpec(_Strict):
@@ -110,7 +114,10 @@ def request_set_inputs(rs: RequestSet, *, origin: str = "request set") -> V1Inpu
         sch = rs.scheduler
         linear = any(isinstance(layer, LinearLayer) for layer in spec.layers)
         plan = plan_vllm(spec.layers, 0, sch.max_model_len, choice.profile, model_dtype=spec.dtype,
-                         in_flight_tokens=sch.max_num_batched_tokens * (2 if sch.async_scheduling else 1), kv_dtype=rs.kv_cache_dtype, tp=rs.tp,
+                         in_flight_tokens=sch.max_num_batched_tokens * (
+                             (sch.pipeline_parallel_size + 1 if sch.v2_model_runner else 2) if sch.async_scheduling
+                             else sch.pipeline_parallel_size),
+                         kv_dtype=rs.kv_cache_dtype, tp=rs.tp,
                          block_size=sch.block_size, num_gpu_blocks_override=rs.num_gpu_blocks,
                          # vLLM turns Mamba's align mode on with prefix caching (MambaModelConfig)
                          mamba_cache_mode="align" if (linear and sch.enable_prefix_caching) else "none")
@@ -119,6 +126,8 @@ def request_set_inputs(rs: RequestSet, *, origin: str = "request set") -> V1Inpu
                                     max_model_len=sch.max_model_len, enable_prefix_caching=sch.enable_prefix_caching,
                                     long_prefill_token_threshold=sch.long_prefill_token_threshold,
                                     watermark=sch.watermark, async_scheduling=sch.async_scheduling,
+                                    pipeline_parallel_size=sch.pipeline_parallel_size,
+                                    v2_model_runner=sch.v2_model_runner,
                                     rules=choice.profile.rules.scheduler)
         offload = (OffloadConfig(cpu_bytes=rs.offload.cpu_bytes, bandwidth_bytes_per_s=rs.offload.bandwidth_bytes_per_s,
                                  blocks_per_chunk=rs.offload.blocks_per_chunk) if rs.offload else None)

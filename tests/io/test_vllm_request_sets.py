@@ -61,7 +61,8 @@ def test_request_set_parses(path: Path) -> None:
         load_model(rs["model"])
     assert rs["tp"] >= 1 and rs["num_gpu_blocks"] > 1
     s = rs["scheduler"]
-    assert set(s) == SCHEDULER_KEYS
+    # pipeline parallelism's sets add their stages (and the V2 model runner where async)
+    assert SCHEDULER_KEYS <= set(s) <= SCHEDULER_KEYS | {"pipeline_parallel_size", "v2_model_runner"}
     assert s["max_num_batched_tokens"] > 0 and s["max_num_seqs"] > 0 and s["block_size"] > 0
     assert 0 <= s["long_prefill_token_threshold"] <= s["max_model_len"]
     ids = [r["id"] for r in rs["requests"]]
@@ -122,7 +123,11 @@ def test_fixture_agrees_with_its_request_set(path: Path) -> None:
     if Version.parse(fx["vllm_version"]) < Version.parse("0.26.0"):
         assert in_flight is None
     else:
-        assert in_flight == s["max_num_batched_tokens"] * (2 if s["async_scheduling"] else 1)
+        # VllmConfig.max_concurrent_batches: pp + 1 async on the V2 model runner, 2 async at pp 1, else pp
+        pp, v2 = s.get("pipeline_parallel_size", 1), s.get("v2_model_runner", False)
+        batches = (pp + 1 if v2 else 2) if s["async_scheduling"] else pp
+        assert in_flight == s["max_num_batched_tokens"] * batches
+        assert fx["config_set_by_harness"].get("batches_in_flight", batches) == batches
 
     # the pool and its groups: every cache-holding layer of the model is in exactly one group
     kv = fx["kv_cache"]

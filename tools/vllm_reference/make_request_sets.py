@@ -331,6 +331,33 @@ for _name in ("sharegpt-opt13b", "long-prompts", "gemma3-sliding", "qwen3-next-h
     SETS[f"{_name}-async"] = async_variant(_name)
 
 
+def pipeline_variant(name: str, pp: int, *, v2_async: bool = False):
+    """The same requests under pipeline parallelism with ``pp`` stages: the synchronous scheduler with pp batches in
+    flight (the V1 model runner, which runs no async scheduling with pp), or ``v2_async``: async scheduling on the
+    V2 model runner, pp + 1 batches in flight and a request's decodes pp steps apart (vllm/config/vllm.py::
+    VllmConfig.max_concurrent_batches; v1/core/sched/async_scheduler.py::AsyncScheduler.decode_stagger)."""
+    def make() -> dict:
+        rs = SETS[name]()
+        rs["name"] = f"{name}-pp{pp}" + ("-async-v2" if v2_async else "")
+        rs["description"] += (f" Pipeline parallel {pp}: " + (
+            f"async scheduling on the V2 model runner, {pp + 1} batches in flight, a request's decodes {pp} steps "
+            "apart." if v2_async else f"{pp} batches in flight, the synchronous scheduler (a request whose output "
+            "is in flight is not scheduled again)."))
+        rs["scheduler"]["pipeline_parallel_size"] = pp
+        if v2_async:
+            rs["scheduler"]["async_scheduling"] = True
+            rs["scheduler"]["v2_model_runner"] = True
+        return rs
+    return make
+
+
+for _name, _pp, _v2 in (("sharegpt-opt13b", 2, False), ("sharegpt-opt13b", 4, False), ("long-prompts", 4, False),
+                        ("multi-turn-pc", 2, False), ("sharegpt-opt13b", 2, True), ("long-prompts", 4, True),
+                        ("multi-turn-pc", 3, True)):
+    _set = pipeline_variant(_name, _pp, v2_async=_v2)
+    SETS[_set()["name"]] = _set
+
+
 def dump(rs: dict) -> str:
     """One request a line: diffs stay readable and the files small."""
     head = {k: v for k, v in rs.items() if k != "requests"}

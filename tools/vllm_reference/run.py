@@ -27,6 +27,7 @@ Usage (in the vLLM venv):  python tools/vllm_reference/run.py --all
 from __future__ import annotations
 
 import argparse
+import os
 import inspect
 import json
 import math
@@ -366,6 +367,15 @@ def build_scheduler(rs: dict):
 
     vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
                              parallel_config=ParallelConfig(), device_config=DeviceConfig(device="cpu"))
+    # pipeline parallelism: the scheduler reads the stage count (AsyncScheduler.decode_stagger on the V2 model
+    # runner: a request decodes at most every pp steps, 0.33.0 v1/core/sched/async_scheduler.py); the engine loop
+    # keeps VllmConfig.max_concurrent_batches batches in flight: pp + 1 with async scheduling on the V2 model
+    # runner, 2 with it at pp 1, else pp (0.33.0 config/vllm.py)
+    pp, v2 = int(s.get("pipeline_parallel_size", 1)), bool(s.get("v2_model_runner", False))
+    if async_scheduling and pp > 1 and not v2:
+        raise SystemExit("async scheduling with pipeline parallelism needs the V2 model runner (vLLM refuses it)")
+    batches = (pp + 1 if v2 else 2 if pp <= 1 else pp) if async_scheduling else pp
+    vllm_config.parallel_config.pipeline_parallel_size = pp
     facts = _ModelFacts(max_model_len=max_model_len, dtype=_torch_dtype(model.dtype),
                         use_mla=any(layer.kind.value == "mla" for layer in model.layers), is_hybrid=has_linear)
     object.__setattr__(vllm_config, "model_config", facts)
@@ -383,10 +393,18 @@ def build_scheduler(rs: dict):
     # v1/engine/core.py::EngineCore.__init__: AsyncScheduler when scheduler_config.async_scheduling. The
     # scheduler takes its block size from 0.14.0 and the hash block size from 0.20.0.
     kw = {"block_size": sched_block, "hash_block_size": hash_block}
-    scheduler = (AsyncScheduler if async_scheduling else Scheduler)(
-        vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config), log_stats=True,
-        **{k: v for k, v in kw.items() if _accepts(Scheduler.__init__, k)})
+    saved = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"  # read by VllmConfig.use_v2_model_runner
+    try:
+        scheduler = (AsyncScheduler if async_scheduling else Scheduler)(
+            vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config), log_stats=True,
+            **{k: v for k, v in kw.items() if _accepts(Scheduler.__init__, k)})
+    finally:
+        if saved is None:
+            os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved
     kv = {
         "num_blocks": kv_cache_config.num_blocks,
         "block_size": sched_block,
@@ -426,6 +444,9 @@ def build_scheduler(rs: dict):
         "kv_connector": None,
         "model_config": "none (a stand-in with the model facts the scheduler reads: tools/vllm_reference/run.py::_ModelFacts)",
     }
+    config_set["batches_in_flight"] = batches
+    if pp > 1 or v2:
+        config_set["pipeline_parallel_size"], config_set["v2_model_runner"] = pp, v2
     return scheduler, kv, config_set, hash_block
 
 
@@ -489,7 +510,7 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
                             "num_preemptions": 0, "num_cached_tokens": 0}
     running_per_step, usage_per_step, tokens_per_step = [], [], []
     async_mode = bool(config_set["async_scheduling"])
-    queue_size = 2 if async_mode else 1  # VllmConfig.max_concurrent_batches (pp 1, the V1 model runner)
+    queue_size = config_set["batches_in_flight"]
     batches: deque = deque()  # scheduled batches whose output is not yet processed, newest first
     n_sampled = {r["id"]: 0 for r in reqs}  # output tokens sampled so far (in flight or delivered)
     preemptions = 0
@@ -578,7 +599,8 @@ def run_request_set(rs: dict, *, keep_per_step: bool = True) -> dict:
                 per_req[rid]["finish_step"] = at
                 per_req[rid]["num_preemptions"] = getattr(req, "num_preemptions", preempted_count.get(rid, 0))
                 unfinished -= 1
-        if step >= STEP_CAP or (idle_steps > 2 and nxt >= len(pending)):
+        # empty schedule() calls in a row: up to queue_size - 1 while every running request's batch is in flight
+        if step >= STEP_CAP or (idle_steps > max(2, queue_size) and nxt >= len(pending)):
             error = f"stopped at step {step}: {unfinished} requests unfinished (no progress or step cap)"
             break
 

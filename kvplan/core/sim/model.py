@@ -132,6 +132,9 @@ class StepModel:
     base_ps: int  # reading the weights once
     per_token_ps: int  # reading one token slot of KV
     per_prefill_token_ps: int  # prefill compute per prompt token
+    # pipeline stages, each taking ``duration`` for its share of the layers: a batch enters the first stage when it
+    # is free and leaves the last ``stages`` durations later (vllm-v1 only)
+    stages: int = 1
 
     def duration(self, kv_tokens: int, prefill_tokens: int) -> int:
         return self.base_ps + self.per_token_ps * kv_tokens + self.per_prefill_token_ps * prefill_tokens

@@ -65,6 +65,24 @@ def test_a_rank_driven_by_the_router_runs_as_its_own_run(drawn, size, score, asy
                          round(alone.seconds * 10**12) if sent else final[4])
 
 
+@pytest.mark.parametrize("async_, pp", [(False, 1), (True, 1), (False, 2)])
+def test_a_rank_gone_idle_past_the_next_arrival_waits_for_the_router(async_, pp):
+    # A's long prefill ends after B and C have arrived: the idle rank's clock is past both, and alone it admits
+    # them together; driven by the router it must not look past the first before C is sent (a reviewer's case)
+    reqs = [V1Request(id="A", prompt=((0, 500),), output=(1, 1), arrival_ps=0),
+            V1Request(id="B", prompt=((1, 16),), output=(2, 3), arrival_ps=5 * MS),
+            V1Request(id="C", prompt=((2, 16),), output=(3, 3), arrival_ps=8 * MS)]
+    sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=2048, async_scheduling=async_,
+                            pipeline_parallel_size=pp)
+    inp = dataclasses.replace(make(reqs), scheduler=sched)
+    finals: list[tuple[int, ...]] = []
+    rows = route(inp, 1, rules_of(Score.QUEUE), finals=finals)
+    alone = simulate_v1(inp)
+    assert rows == ((0, 1, 2),)
+    assert finals[0] == (alone.steps, alone.preemptions, alone.completed, alone.generated_tokens,
+                         round(alone.seconds * 10**12))
+
+
 def test_one_rank_is_the_engine_alone():
     reqs = as_requests([(i % 3, 100 + 37 * i % 300, 20 + 13 * i % 200, 7) for i in range(60)])
     inp = make(reqs, blocks=60, caching=True)
@@ -149,6 +167,19 @@ def test_the_five_second_republication_drops_the_balancers_own_additions():
     reqs = [V1Request(id=str(i), prompt=((i, 16),), output=(100 + i, 2), arrival_ps=6000 * MS * i) for i in range(4)]
     assert route(make(reqs), 2, rules_of(Score.QUEUE, rotate=False)) == ((0, 1, 2, 3), ())
     assert route(make(reqs), 2, rules_of(Score.QUEUE, rotate=True)) == ((0, 2), (1, 3))
+
+
+def test_unchanged_counts_are_republished_every_five_seconds_from_the_last_time():
+    # a dense model in 0.14.0-0.24.0 (no counts, the scan always from engine 0): requests at 0, 7.3 and 11 s.
+    # The coordinator republishes the zeros at 5 and 10 s (not at 7.3 s, when the second arrives), so the second
+    # and the third both see fresh zeros and go to engine 0
+    reqs = [V1Request(id=str(i), prompt=((i, 16),), output=(100 + i, 2), arrival_ps=t * 10**9)
+            for i, t in enumerate((0, 7300, 11000))]
+    assert route(make(reqs), 2, rules_of(Score.QUEUE, rotate=False, dense_counts=False)) == ((0, 1, 2), ())
+    # at 0, 4 and 7.3 s: the republication at 5 s drops the addition the request at 4 s made
+    reqs = [V1Request(id=str(i), prompt=((i, 16),), output=(100 + i, 2), arrival_ps=t * 10**9)
+            for i, t in enumerate((0, 4000, 7300))]
+    assert route(make(reqs), 2, rules_of(Score.QUEUE, rotate=False, dense_counts=False)) == ((0, 2), (1,))
 
 
 def test_an_api_server_per_engine_each_balancing_its_own_requests():

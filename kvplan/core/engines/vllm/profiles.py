@@ -310,13 +310,18 @@ _table.at("0.27.0", ("the budget charges memory consumed by the profile run (fre
                      "the V2 model runner's list adds KimiK3ForConditionalGeneration and takes a listed hybrid (0.27.0: "
                      "vllm/config/vllm.py::VllmConfig._is_default_v2_model_runner_model, "
                      "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)",
+                     "scheduler: a preempted request whose output is still in flight waits in front of the queue "
+                     "while the ones behind it are admitted (0.27.0: vllm/v1/core/sched/scheduler.py::"
+                     "Scheduler.schedule, num_stale_output_tokens): it matters with three or more batches in flight "
+                     "(pipeline parallelism)",
                      "scheduler, data parallel: the balancer scores max(client_count x its requests in flight, "
                      "waiting + "
                      "running) plus waiting x 6 x max(0, KV usage - 0.5), and every engine publishes its counts with "
                      "its KV usage (0.27.0: vllm/v1/engine/core_client.py::DPLBAsyncMPClient."
                      "get_core_engine_for_request, vllm/v1/engine/core.py::EngineCoreProc.run_busy_loop)"),
           budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"),
-          scheduler=_table.sched("0.27.0", router=_router(score=Score.IN_FLIGHT, dense_counts=True)))
+          scheduler=_table.sched("0.27.0", router=_router(score=Score.IN_FLIGHT, dense_counts=True),
+                                 stale_output_waits=True))
 _table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
                      "(0.28.0: vllm/engine/arg_utils.py)",
                      "bitsandbytes checkpoints no longer load: vllm/model_executor/layers/quantization/bitsandbytes.py "

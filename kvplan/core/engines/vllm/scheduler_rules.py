@@ -129,6 +129,12 @@ class SchedulerRules:
     # checkpoint blocks (stm::SlidingWindowManager.reachable_block_mask, kv_cache_coordinator.py::
     # replay_boundaries) (0.29.0). Not modelled: kvplan caches every full block, as 0.11-0.28 do; noted.
     window_checkpoint_caching: bool
+    # sched::schedule passes over a waiting request whose output from before its preemption is still in flight
+    # (num_stale_output_tokens; it keeps its place at the front) and admits the ones behind it (0.27.0:
+    # sched::_preempt_request, schedule's waiting loop). It matters with three or more batches in flight (pipeline
+    # parallelism): with two the output lands before the next schedule(). Before, not compared: kvplan refuses
+    # more than two batches in flight there.
+    stale_output_waits: bool = False
     # v1/engine/core_client.py::DPLBAsyncMPClient.get_core_engine_for_request: how the front end sends each request
     # to one of the data-parallel engines (kvplan.core.sim.v1.dp)
     router: RouterRules = RouterRules(score=Score.QUEUE, rotate=False, dense_counts=True, dense_lockstep=True,

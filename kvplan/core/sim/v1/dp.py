@@ -3,7 +3,7 @@ balancer, which sends each request to one engine as it arrives.
 
 The balancer (v1/engine/core_client.py::DPLBAsyncMPClient.get_core_engine_for_request, one API server) scores each
 engine from the counts the DP coordinator last published (v1/engine/coordinator.py: each engine's waiting and
-running requests and, from 0.29.0, its KV cache usage, published at most every 100 ms) and the balancer's own
+running requests and, from 0.27.0, its KV cache usage, published at most every 100 ms) and the balancer's own
 books, takes the lowest score (ties: the first in a scan whose start rotates by one each request), and adds one to
 that engine's waiting count until the next publication. The score is a release's rule (RouterRules, carried by the
 release's scheduler rules: kvplan.core.engines.vllm.scheduler_rules).
@@ -30,8 +30,8 @@ from kvplan.core.engines.vllm.scheduler_rules import RouterRules, Score
 from kvplan.core.sim.v1.inputs import V1Inputs, V1Request
 from kvplan.core.sim.v1.outcome import latency
 from kvplan.core.sim.v1.result import TierStats, V1Result
-from kvplan.core.sim.v1.scheduler import View, rank_sim, simulate_v1
-from kvplan.core.sim.v1.tables import Columns, RequestRecords, RequestTable
+from kvplan.core.sim.v1.scheduler import View, checked_columns, rank_sim, simulate_v1
+from kvplan.core.sim.v1.tables import RequestRecords, RequestTable
 from kvplan.errors import InputError
 
 MAX_RANKS = 512
@@ -88,14 +88,14 @@ def route(inputs: V1Inputs, size: int, rules: RouterRules, *, moe: bool = False,
     Requests reach the API servers in turn (an assumption: the kernel spreads connections over them). ``finals``
     (tests) gets each rank's closing figures as it ran here (steps, preemptions, completed, generated tokens, clock),
     which its own run over the same requests must repeat."""
-    cols = Columns.of(inputs.requests)
+    cols = checked_columns(inputs)
     if cols.arrival_ps is None:
         raise InputError("data-parallel ranks need requests that arrive in time (a step-time model)")
     arrival = cols.arrival_ps
     clients = api_servers(rules, size, servers)
     reports = moe or rules.dense_counts  # engines that publish their counts (else the balancers see zeros)
     sent: list[list[int]] = [[] for _ in range(size)]
-    sims = [rank_sim(inputs, sent[r]) for r in range(size)]
+    sims = [rank_sim(inputs, sent[r], cols) for r in range(size)]
     loops = [sim.steps() for sim in sims]
     views: list[View] = [next(loop) for loop in loops]  # each runs until it waits for the router
     finished = [0] * size  # of each rank's finished rows (sim.finished), those already taken off the books
@@ -126,7 +126,10 @@ def route(inputs: V1Inputs, size: int, rules: RouterRules, *, moe: bool = False,
             moved = reports and (sent_since > 0 or ended != ended_then)
             if now != published or moved or mark - last_publication >= rules.republish_ps:
                 sent_since, ended_then = 0, ended
-                published, last_publication = now, mark
+                # after a change at this mark; else the unchanged counts again, every 5 s since the last time
+                last_publication = mark if (now != published or moved) else (
+                    last_publication + (mark - last_publication) // rules.republish_ps * rules.republish_ps)
+                published = now
                 usage = [1.0 - v.free / v.capacity if reports and v.capacity else 0.0 for v in views]
                 for b in balancers:  # each balancer's counts replaced: its own additions dropped
                     b.counts = [[w, r, u] for (w, r), u in zip(now, usage)]
@@ -188,7 +191,8 @@ def subset(requests: Sequence[V1Request], rows: Sequence[int]) -> Sequence[V1Req
 
 def merge(inputs: V1Inputs, ranks: Sequence[V1Result], rows: Sequence[Sequence[int]]) -> V1Result:
     """The ranks together: requests, tokens, preemptions and the CPU tier summed; means over all the ranks' steps
-    (running requests, KV usage, the pool's shares); peaks and the clock the largest; throughput the ranks' summed;
+    (running requests, KV usage, the pool's shares); peaks, the clock and busy seconds the largest; throughput
+    the ranks' rates summed (the engines run side by side);
     latency percentiles over every request; each request's record as its rank's (steps counted on that rank)."""
     timed = inputs.step_model is not None
     records = RequestRecords(inputs.requests, timed=timed)

@@ -37,12 +37,42 @@ class SchedulerConfig:
     # two batches in flight: each is scheduled before the previous one's output is processed
     # (v1/core/sched/async_scheduler.py, v1/engine/core.py::step_with_batch_queue); vLLM's default since 0.14
     async_scheduling: bool = False
+    # pipeline parallelism: the engine keeps VllmConfig.max_concurrent_batches batches in flight, each scheduled
+    # while the earlier ones run (v1/engine/core.py::EngineCore.step_with_batch_queue): pp with the synchronous
+    # scheduler (a request whose output is in flight is not scheduled again); with async scheduling, which only
+    # the V2 model runner runs with pp, pp + 1, and a request's decodes pp schedule() calls apart
+    # (v1/core/sched/async_scheduler.py::AsyncScheduler.decode_stagger) (0.33.0: config/vllm.py)
+    pipeline_parallel_size: int = 1
+    v2_model_runner: bool = False
+
+    @property
+    def batches_in_flight(self) -> int:
+        """VllmConfig.max_concurrent_batches."""
+        pp = self.pipeline_parallel_size
+        if self.async_scheduling:
+            return pp + 1 if self.v2_model_runner else 2
+        return pp
+
+    @property
+    def decode_stagger(self) -> int:
+        """schedule() calls between a request's decodes (0: none)."""
+        return self.pipeline_parallel_size if self.async_scheduling and self.v2_model_runner else 0
     # the release's scheduler and KV cache manager rules; default: the newest profile's
     rules: SchedulerRules = field(default_factory=newest)
 
     def __post_init__(self) -> None:
         if min(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len) < 1:
             raise InputError("max_num_seqs, max_num_batched_tokens and max_model_len must be >= 1")
+        if not 1 <= self.pipeline_parallel_size <= 64:
+            raise InputError(f"pipeline_parallel_size must be between 1 and 64 (got {self.pipeline_parallel_size})")
+        if self.pipeline_parallel_size > 1 and self.async_scheduling and not self.v2_model_runner:
+            raise InputError("vLLM refuses async scheduling with pipeline parallelism on its V1 model runner "
+                             "(config/vllm.py: 'Async scheduling is not supported by the V1 model runner with "
+                             "pipeline parallelism'); turn async scheduling off")
+        if self.pipeline_parallel_size > 1 and not self.rules.stale_output_waits:
+            raise InputError(f"vLLM {self.rules.release}: pipeline parallelism's batches in flight are simulated "
+                             "under vLLM 0.27.0's rules and later (how a preempted request's output still in flight "
+                             "is handled was not compared before); pin vllm==0.27.0 or later")
         if self.long_prefill_token_threshold < 0:
             raise InputError(f"long_prefill_token_threshold must be >= 0 (got {self.long_prefill_token_threshold})")
         if not 0.0 <= self.watermark < 1.0:

@@ -49,6 +49,18 @@ from kvplan.errors import InputError
 MAX_IDLE_STEPS = 1 << 40
 
 
+class _Finished:
+    """A routed rank's recorder: the rows in the order they finish (RequestRecords.write's place)."""
+
+    __slots__ = ("log",)
+
+    def __init__(self) -> None:
+        self.log: list[int] = []
+
+    def write(self, r: ReqState) -> None:
+        self.log.append(r.index)
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     """What a router sees of a rank when it yields: its queues, free blocks of ``capacity`` and finished requests."""
@@ -74,11 +86,29 @@ def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: 
     return sim.run()
 
 
-def rank_sim(inputs: V1Inputs, routed: list[int]) -> _Sim:
+def checked_columns(inputs: V1Inputs) -> Columns:
+    """The requests' columns, each request checked as vLLM would take it."""
+    requests = inputs.requests
+    cols = Columns.of(requests)
+    if cols.mixed_times(requests):
+        raise InputError("give every request an arrival time, or none (arrival steps)")
+    if cols.arrival_ps is not None and inputs.step_model is None:
+        raise InputError("requests that arrive in time need a step-time model")
+    mml = inputs.scheduler.max_model_len
+    for i, (p, o) in enumerate(zip(cols.prompt, cols.output)):
+        if p < 1 or o < 1:
+            raise InputError(f"request {requests[i].id}: needs at least one prompt token and one output token")
+        if p >= mml:
+            raise InputError(f"request {requests[i].id}: prompt of {p} tokens reaches max_model_len {mml}; vLLM "
+                             "rejects it")
+    return cols
+
+
+def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
     """One data-parallel rank's scheduler for a router to drive (kvplan.core.sim.v1.dp): ``routed`` holds the rows of
     ``inputs.requests`` sent to it so far, in arrival order, and grows as the router sends more; ``steps()`` runs it
-    until it needs to know what arrives next."""
-    sim = _Sim(inputs, False, routed=routed)
+    until it needs to know what arrives next. ``columns``: the requests' (checked_columns), read once for all ranks."""
+    sim = _Sim(inputs, False, routed=routed, columns=columns)
     sim.per_step = False
     sim.open = True
     return sim
@@ -98,7 +128,8 @@ def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
 
 
 class _Sim:
-    def __init__(self, inputs: V1Inputs, check: bool, *, routed: list[int] | None = None) -> None:
+    def __init__(self, inputs: V1Inputs, check: bool, *, routed: list[int] | None = None,
+                 columns: Columns | None = None) -> None:
         self.inputs = inputs
         cfg = inputs.scheduler
         self.cfg = cfg
@@ -107,33 +138,21 @@ class _Sim:
         self.check = check
         self.fast, self.timeline_points, self.per_step = True, 0, True
         requests = inputs.requests
-        cols = self.columns = Columns.of(requests)
-        if cols.mixed_times(requests):
-            raise InputError("give every request an arrival time, or none (arrival steps)")
+        cols = self.columns = columns if columns is not None else checked_columns(inputs)
         self.timed = cols.arrival_ps is not None
-        if self.timed and inputs.step_model is None:
-            raise InputError("requests that arrive in time need a step-time model")
-        mml = cfg.max_model_len
-        for i, (p, o) in enumerate(zip(cols.prompt, cols.output)):
-            if p < 1 or o < 1:
-                raise InputError(f"request {requests[i].id}: needs at least one prompt token and one output token")
-            if p >= mml:
-                raise InputError(f"request {requests[i].id}: prompt of {p} tokens reaches max_model_len {mml}; vLLM "
-                                 "rejects it")
-        if isinstance(self.mgr, ContiguousManager):
+        if isinstance(self.mgr, ContiguousManager) and routed is None:
             self.mgr.screen(self._state(i) for i in range(len(requests)))
         # the requests in arrival order, each made a state when the loop first reads it (a million requests' states,
         # block keys included, would take gigabytes), and recorded when it finishes
         self.pending = Pending(cols.arrival_order() if routed is None else routed, self._state)
-        self.records = RequestRecords(requests, timed=inputs.step_model is not None)
+        # a routed rank keeps no records (its result is its own run's): only the rows as they finish
+        self.records = RequestRecords(requests, timed=inputs.step_model is not None) if routed is None else _Finished()
         # driven by a router (rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
         # or later; the loop yields its view (View) before a step whose check would see that far
         self.open = False
         self.horizon = 0
         self.routed = routed is not None
-        self.finished: list[int] = []  # a routed rank's rows, as they finish (its router's books)
-        if routed is not None:
-            self.records.log = self.finished
+        self.finished: list[int] = self.records.log if routed is not None else []  # (its router's books)
         if routed is not None and not self.timed:
             raise InputError("data-parallel ranks need requests that arrive in time (a step-time model)")
 
@@ -169,13 +188,21 @@ class _Sim:
         caching = cfg.enable_prefix_caching
         hash_block = mgr.hash_block
         async_ = cfg.async_scheduling
+        # pipelined: more batches in flight than async scheduling's two (or than one, sync), or pipeline stages
+        # timed apart: the engine's batch queue (EngineCore.step_with_batch_queue) holds up to K batches
+        K = cfg.batches_in_flight
+        stagger = cfg.decode_stagger if cfg.decode_stagger > 1 else 0
+        step_model = self.inputs.step_model
+        stages = step_model.stages if step_model is not None else 1
+        piped = K > (2 if async_ else 1) or stages > 1
+        track = async_ or piped  # each request's tokens in flight (a preempted one's output arrives stale)
         fast = self.fast
         budget0, max_seqs, mml = cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.max_model_len
         lpt0 = cfg.long_prefill_token_threshold
         rules = cfg.rules
         lpt_alone = 0 if rules.threshold_needs_company else lpt0  # 0.31.0: no cap for a request alone
         skip_last = rules.async_skip_last_in_flight  # 0.11.1
-        step_model = self.inputs.step_model
+        stale_waits = rules.stale_output_waits  # 0.27.0
         pending, timed, record = self.pending, self.timed, self.records.write
         n_pending = len(pending)
         nxt = 0
@@ -203,16 +230,19 @@ class _Sim:
         # a batch: (its requests with the tokens scheduled and whether the fake runner samples a token for
         # each, its step, the clock at its end); async scheduling keeps one in flight
         in_flight: tuple[list[tuple[ReqState, int, bool]], int, int] | None = None
+        queue: deque[tuple[list[tuple[ReqState, int, bool]], int, int]] = deque()  # pipelined: the batches in flight
+        now = free0 = last_end = 0  # pipelined: the engine's time, when the first stage is free, the last batch's end
         keep = self.per_step
         quiet = Quiet(self, (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start) if keep else None, timeline,
                       points)
-        use_quiet = quiet.usable
+        use_quiet = quiet.usable and not piped
         while nxt < n_pending or waiting or running or self.open:
             if self.open:  # a data-parallel rank: what arrives by the horizon or later is the router's to say
                 if not waiting and not running:  # idle: its next check is at the next request sent, if any
-                    sees = pending[nxt].req.arrival_ps if nxt < n_pending else self.horizon
+                    # (the clock jumps to the arrival, or stays where it is past it)
+                    sees = max(clock, now, pending[nxt].req.arrival_ps) if nxt < n_pending else self.horizon
                 else:
-                    sees = launched if in_flight is not None else clock
+                    sees = now if piped else launched if in_flight is not None else clock
                 if sees >= self.horizon:
                     yield View(waiting=len(waiting), running=len(running), free=pool.num_free, capacity=capacity,
                                completed=completed)
@@ -220,11 +250,17 @@ class _Sim:
                     continue
             if not waiting and not running:  # idle: jump to the next arrival
                 in_flight = None  # only finished requests' outputs could be left: nothing to process
+                queue.clear()
                 if timed:
                     clock = launched = max(clock, pending[nxt].req.arrival_ps)
+                    now = max(now, clock)
                 else:
                     s = max(s, pending[nxt].req.arrival_step)
-            seen_by = (launched if in_flight is not None else clock) if timed else s
+            if piped:  # schedule() runs at the engine's time; its batch starts when the first stage is free
+                seen_by = now if timed else s
+                clock = max(now, free0)
+            else:
+                seen_by = (launched if in_flight is not None else clock) if timed else s
             while nxt < n_pending and ((pending[nxt].req.arrival_ps <= seen_by) if timed
                                        else (pending[nxt].req.arrival_step <= seen_by)):
                 st = pending[nxt]
@@ -276,7 +312,13 @@ class _Sim:
                 if skip_last and r.placeholders and c + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                     i += 1  # async: the batch in flight brings its last token; no step more
                     continue
+                if s < r.eligible:
+                    i += 1  # V2 runner, async, pipeline: its last decode was fewer than pp steps ago
+                    continue
                 num = left = r.num_tokens + r.placeholders - c
+                if not left:
+                    i += 1  # its token is in flight (pipeline stages): nothing to schedule until it is back
+                    continue
                 if left != 1 or async_:  # a prefill chunk (sync: a decode always fits below max_model_len - 1)
                     if 0 < lpt < num:
                         num = lpt
@@ -315,10 +357,12 @@ class _Sim:
                     break
                 r.num_computed = end
                 samples = end >= r.num_tokens + r.placeholders  # not a prefill chunk: the runner samples
-                if async_:
+                if track:
                     r.in_flight += num
-                    if samples:
+                    if samples and async_:
                         r.placeholders += 1
+                        if stagger:
+                            r.eligible = s + stagger
                 batch.append((r, num, samples))
                 kv_tokens += end
                 if left != 1:
@@ -327,8 +371,14 @@ class _Sim:
                 i += 1
             ext_now = 0  # contiguous: free slots that could not hold the head's region
             if not preempted:
+                skipped = None
                 while budget > 0 and waiting and len(running) < max_seqs:
                     r = waiting[0]
+                    if r.stale and stale_waits:  # its output from before its preemption is still in flight
+                        if skipped is None:
+                            skipped = []
+                        skipped.append(waiting.popleft())  # passed over this step, in front again after it
+                        continue
                     hits, hit_len = mgr.find_hit(r) if caching else (None, 0)
                     ext = chunks = 0
                     if cpu is not None:
@@ -346,10 +396,12 @@ class _Sim:
                     r.num_computed = end = computed + num
                     held_c += computed  # and its scheduled tokens, in the step's total
                     samples = end >= r.num_tokens
-                    if async_:
+                    if track:
                         r.in_flight += num
-                        if samples:
+                        if samples and async_:
                             r.placeholders += 1
+                            if stagger:
+                                r.eligible = s + stagger
                     if chunks:
                         cpu.load(chunks)  # type: ignore[union-attr]
                     gpu_hit += hit_len
@@ -365,6 +417,8 @@ class _Sim:
                     prefill += num
                     budget -= num
 
+                if skipped:
+                    waiting.extendleft(reversed(skipped))
             total = budget0 - budget
             if total:
                 steps += 1
@@ -405,14 +459,27 @@ class _Sim:
             if step_model is not None and total:
                 duration = step_model.duration(kv_tokens, prefill) + (cpu.take_load_ps() if cpu else 0)
                 busy_ps += duration
-            launched = clock  # the GPU runs batches back to back: this one starts when the last one ends
-            clock += duration
-            this = (batch, s, clock)
+            if piped:  # through every stage: it leaves the last one after the batch before it
+                free0 = clock + duration
+                last_end = max(clock + stages * duration, last_end + duration)
+                this = (batch, s, last_end)
+            else:
+                launched = clock  # the GPU runs batches back to back: this one starts when the last one ends
+                clock += duration
+                this = (batch, s, clock)
             s += 1
-            if not total and not running and waiting and not preempted:
+            if not total and not running and waiting and not preempted and not waiting[0].stale:
                 head = waiting[0]
                 raise InputError(mgr.cannot_admit(head))
-            if async_:
+            if piped:
+                # v1/engine/core.py::EngineCore.step_with_batch_queue: with room in the queue, schedule the next
+                # batch (an empty one takes a place too); else wait for the oldest batch's output
+                queue.append(this)
+                if len(queue) < K and (total or waiting or running):
+                    continue
+                done = queue.popleft()
+                now = max(now, done[2])
+            elif async_:
                 # v1/engine/core.py::EngineCore.step_with_batch_queue (two batches): with none in flight,
                 # schedule the next batch before waiting for this one's output
                 done, in_flight = in_flight, this
@@ -428,7 +495,7 @@ class _Sim:
             finished = None
             for r, num, samples in items:
                 stale = False
-                if async_:
+                if track:
                     r.in_flight -= num
                     if r.stale > 0:
                         stale = True
@@ -464,18 +531,20 @@ class _Sim:
             if finished:
                 before = len(running)
                 running = [r for r in running if r.index not in finished]
-                if async_ and before - len(running) < len(finished):  # a stale token ended a preempted one
+                if track and before - len(running) < len(finished):  # a stale token ended a preempted one
                     waiting = deque(r for r in waiting if r.index not in finished)
             if s > MAX_IDLE_STEPS:  # pragma: no cover - a guard, not a path
                 raise InputError("the simulation did not end")
         self.quiet_stretches = quiet.count
         self.quiet_counts = (quiet.steps, quiet.admitted, quiet.stopped)
-        self.final = (steps, preemptions, completed, generated, clock)
+        self.final = (steps, preemptions, completed, generated, last_end if piped else clock)
         if self.routed:
             return None  # a rank driven by a router: its requests are a subset
         memory = shares(books, steps, sum_free, sum_entries, sum_c, sum_int, sum_ext)
         # the mean of 1 - free / capacity over the counted steps, from the exact sum of the free blocks
         usage = 1.0 - sum_free / (steps * capacity) if steps and capacity else 0.0
+        if piped:
+            clock = last_end
         return v1_result(self, Tally(steps=steps, run_sum=run_sum, peak=peak, preemptions=preemptions, usage=usage,
                                      completed=completed, generated=generated, calls=s, clock=clock, busy_ps=busy_ps,
                                      gpu_hit=gpu_hit, cpu_hit=cpu_hit, recomputed=recomputed, peak_usage=peak_pm,

@@ -16,6 +16,7 @@ class ReqState:
         "cached_tokens",
         "cap_tokens",
         "cpu_tokens",
+        "eligible",
         "entries",
         "finish_ps",
         "finish_step",
@@ -76,6 +77,9 @@ class ReqState:
         self.in_flight = 0
         self.placeholders = 0
         self.stale = 0
+        # the first schedule() call that may decode it again: async scheduling on vLLM's V2 model runner with
+        # pipeline parallelism staggers a request's decodes pp steps apart (next_decode_eligible_step)
+        self.eligible = 0
         # Memory books (KVCacheManager.entries / internal): its table entries in token-slot groups, and its
         # internal fragmentation in pool units
         self.entries = 0

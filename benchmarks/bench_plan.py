@@ -4,8 +4,8 @@ Run: python benchmarks/bench_plan.py
 
 Prints, in-process (imports excluded), the median of 3 runs of each plan: its wall time, the `fit` calls it made
 and the deployments (GPU type x engine x KV dtype x weights x tp x pp x dp x expert parallel) those calls decided,
-per second; then a DeepSeek-V3 plan with its top 10 rows run through `simulate` with 10,000 requests (those
-rows that are one engine of one stage). The targets (issue 24): at least 10,000 candidate configurations a second;
+per second; then a DeepSeek-V3 plan with its top 10 rows run through `simulate` with 10,000 requests (vLLM's
+batch queue over pipeline stages, its load balancer over data-parallel engines). The targets (issue 24): at least 10,000 candidate configurations a second;
 a whole plan for DeepSeek-V3 over 6 GPU types in at most 10 s without simulation, 60 s with the top 10 simulated
 over 10,000 requests.
 """
@@ -67,7 +67,8 @@ def main() -> None:
             wall = time.perf_counter() - start
         ran = [s for s in report.simulated if not s.skipped]
         print(f"{model}, 6 GPU types, top 10 with 10,000 requests: {wall:.2f} s (search {searched:.2f} s); "
-              f"{len(ran)} of {len(report.simulated)} rows simulated (the rest: data-parallel or pipelined)")
+              f"{len(ran)} of {len(report.simulated)} rows simulated (the rest: not vLLM, or hybrid layers over "
+              "pipeline stages)")
 
 
 if __name__ == "__main__":

@@ -253,7 +253,14 @@ def _family(family: FitRequest, space: Space, target: Target, price: float | Non
             def held(r: FitResult | None) -> float:
                 return r.all_concurrency if r is not None and r.fits else -1.0
 
-            top = attempt(tp, pp, max_dp, ep)
+            tried: dict[int, FitResult | None] = {}  # each dp fitted once (the bisection's are reused)
+
+            def at(dp: int) -> FitResult | None:
+                if dp not in tried:
+                    tried[dp] = attempt(tp, pp, dp, ep)
+                return tried[dp]
+
+            top = at(max_dp)
             if held(top) < target.concurrency:
                 if top is not None:
                     out.near(max(held(top), 0.0), _short(top, tp, pp, max_dp, target))
@@ -261,7 +268,7 @@ def _family(family: FitRequest, space: Space, target: Target, price: float | Non
             lo, hi, best = 1, max_dp, top
             while lo < hi:
                 mid = (lo + hi) // 2
-                r = attempt(tp, pp, mid, ep)
+                r = at(mid)
                 if held(r) >= target.concurrency:
                     hi, best = mid, r
                 else:
@@ -269,7 +276,7 @@ def _family(family: FitRequest, space: Space, target: Target, price: float | Non
             assert best is not None
             add(best, tp, pp, hi, ep, held(best))
             for dp in range(hi + 1, max_dp + 1):  # each more replica: a budget of its own
-                r = attempt(tp, pp, dp, ep)
+                r = at(dp)
                 if r is not None and held(r) >= target.concurrency:
                     add(r, tp, pp, dp, ep, held(r))
     return out

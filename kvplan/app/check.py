@@ -75,13 +75,22 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
 
     spec = with_drafter(spec, _extras(budget, spec, choice).drafter)  # a drafter's KV layers hold tokens too
     engine, _ = engine_for(spec, choice.name, profile=choice.profile)
-    r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp)
+    if dcp > 1:
+        from kvplan.core.engines.vllm.dcp import check_dcp
+
+        check_dcp(spec, choice.profile.rules, choice.version, tp=tp, dcp=dcp, kv_dtype=budget.kv_cache_dtype)
+    r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp,
+                dcp=dcp)
     # one GPU holds its rank's share of the batch (cdiv(batch, dp)), at the attention's tp (tp // dp with SGLang's
-    # DP attention), each sequence's tokens spread over dcp ranks
-    attn = tp // dp if budget.enable_dp_attention and dp > 1 and tp % dp == 0 else tp
-    mine = r if dp == 1 else size_kv(spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len,
-                                     kv_dtype=budget.kv_cache_dtype, tp=attn, pp=pp)
-    per_gpu = -(-mine.per_gpu_bytes // dcp)
+    # DP attention), each sequence's tokens spread over dcp ranks in blocks of their own (size_kv)
+    if budget.enable_dp_attention and dp > 1:
+        attn = tp // dp if tp % dp == 0 else tp
+        mine = size_kv(spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len, kv_dtype=budget.kv_cache_dtype,
+                       tp=attn, pp=pp)
+    else:
+        mine = r if dp == 1 else size_kv(spec, engine, batch=budget.batch, seq_len=seq_len,
+                                         kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
+    per_gpu = mine.per_gpu_bytes
     out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes, max_kv_bytes_per_gpu=per_gpu)
     halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
     why["max_kv_bytes_per_token"] = (f"{_bytes(r.bytes_per_token)} per token > "

@@ -51,11 +51,13 @@ class MeasuredSizeReport:
 
 
 def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cache_dtype: str = "auto", tp: int = 1,
-               pp: int = 1, engine: str = "ideal", block_size: int | None = None, fetch: bool | None = None,
-               revision: str | None = None, speculative: Any = None) -> SizeReport | MeasuredSizeReport:
+               pp: int = 1, dp: int = 1, dcp: int = 1, engine: str = "ideal", block_size: int | None = None,
+               fetch: bool | None = None, revision: str | None = None,
+               speculative: Any = None) -> SizeReport | MeasuredSizeReport:
     """KV bytes of ``batch`` sequences of ``seq_len`` tokens (default: the model's max context) under ``engine``
-    (``NAME`` or ``NAME==VERSION``), at tensor- and pipeline-parallel sizes ``tp`` and ``pp``; ``speculative``
-    (kvplan.io.speculative.SpeculativeSettings): a drafter's KV layers beside the model's."""
+    (``NAME`` or ``NAME==VERSION``), at tensor- and pipeline-parallel sizes ``tp`` and ``pp``, over ``dp`` engines
+    side by side, each sequence sharded over ``dcp`` of the tp ranks (vLLM's decode context parallelism);
+    ``speculative`` (kvplan.io.speculative.SpeculativeSettings): a drafter's KV layers beside the model's."""
     from kvplan.core.profiles import parse_engine  # here: `--engine ideal` needs no profile registry
 
     choice = parse_engine(engine)
@@ -69,7 +71,7 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
         if choice.name != "hf":
             raise
         return _measured(exc, model, choice, batch=batch, seq_len=seq_len, given=_given_flags(
-            tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype, block_size=block_size))
+            tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype, block_size=block_size, dp=dp, dcp=dcp))
     spec = resolved.spec
     draft_note, drafted = None, None
     if speculative is not None:
@@ -84,15 +86,17 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
         spec, draft_note, drafted = with_drafter(spec, d), d.note, d
     eng, engine_note = engine_for(spec, choice.name, block_size=block_size, profile=choice.profile)
     seq, defaulted = resolve_seq_len(spec, seq_len)
-    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+    parallel = _parallel_notes(spec, choice, eng, tp=tp, dp=dp, dcp=dcp, batch=batch, seq_len=seq,
+                               kv_cache_dtype=kv_cache_dtype)
+    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq,
-                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp)
+                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
     rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")
     uneven = None if eng.strict_tp else uneven_tp_note(spec, tp)
     return SizeReport(spec=spec, result=result, ideal=ideal, rules=rules, block_size=eng.block_size,
                       engine_version=choice.version, seq_len_is_model_max=defaulted,
                       model_notes=tuple(size_notes(spec, seq)),
-                      engine_notes=tuple(n for n in (choice.note, engine_note, uneven, draft_note) if n),
+                      engine_notes=tuple(n for n in (choice.note, engine_note, uneven, draft_note, *parallel) if n),
                       hub=resolved.hub, drafter=drafted)
 
 
@@ -113,10 +117,34 @@ def size_notes(spec: ModelSpec, seq_len: int) -> list[str]:
     return notes
 
 
-def _given_flags(*, tp: int, pp: int, kv_cache_dtype: str, block_size: int | None) -> tuple[str, ...]:
+def _parallel_notes(spec: ModelSpec, choice: EngineChoice, eng: Any, *, tp: int, dp: int, dcp: int, batch: int,
+                    seq_len: int, kv_cache_dtype: str) -> list[str]:
+    """How data-parallel engines and decode context parallelism share the sequences (refused where the engine or
+    the release does not take it)."""
+    notes = []
+    if dp > 1:
+        notes.append(f"data parallel {dp}: {dp} engines of tp x pp GPUs, each its own KV pool; the most loaded holds "
+                     f"{-(-batch // dp):,} of the {batch:,} sequences (per GPU: that engine's; total: all of them)")
+    if dcp > 1:
+        if choice.name != "vllm":
+            raise InputError(f"--decode-context-parallel-size is vLLM's (from 0.10.2); size with --engine vllm, not "
+                             f"{choice.name}")
+        from kvplan.core.engines.vllm.dcp import check_dcp
+
+        check_dcp(spec, choice.profile.rules, choice.version, tp=tp, dcp=dcp, kv_dtype=kv_cache_dtype)
+        per = -(-seq_len // dcp)
+        notes.append(f"decode context parallel {dcp}: token i of a sequence on rank i % {dcp} of each {dcp} tp ranks, "
+                     f"so each holds {per:,} of its {seq_len:,} tokens in blocks of its own ({-(-per // eng.block_size):,}"
+                     f" of {eng.block_size}: vllm/v1/worker/block_table.py::BlockTable.compute_slot_mapping); the "
+                     "tokens held per layer are a rank's")
+    return notes
+
+
+def _given_flags(*, tp: int, pp: int, kv_cache_dtype: str, block_size: int | None, dp: int = 1,
+                 dcp: int = 1) -> tuple[str, ...]:
     """The flags a measurement cannot honour, when given."""
-    given = ((tp != 1, "-tp"), (pp != 1, "-pp"), (kv_cache_dtype != "auto", "--kv-cache-dtype"),
-             (block_size is not None, "--block-size"))
+    given = ((tp != 1, "-tp"), (pp != 1, "-pp"), (dp != 1, "-dp"), (dcp != 1, "-dcp"),
+             (kv_cache_dtype != "auto", "--kv-cache-dtype"), (block_size is not None, "--block-size"))
     return tuple(flag for is_given, flag in given if is_given)
 
 

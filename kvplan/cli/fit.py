@@ -11,8 +11,9 @@ import typer
 from kvplan.app.fit import FitReport, LoRAFlags, Memory, SGLangFlags, fit_model
 from kvplan.cli.format import bytes_cell, format_bytes, make_console, new_table, print_json, print_table, summary_table
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption, ModelArg,
-                                PipelineParallelOption, RevisionOption, TensorParallelOption, byte_size, engine_option,
+from kvplan.cli.options import (LENGTH_HINT, BlockSizeOption, DataParallelOption, DecodeContextParallelOption,
+                                FetchOption, JsonOption, KvCacheDtypeOption, ModelArg, PipelineParallelOption,
+                                RevisionOption, TensorParallelOption, byte_size, engine_option,
                                 gpu_memory_option, gpu_option, max_model_len_option, max_num_batched_tokens_option,
                                 max_num_seqs_option)
 from kvplan.cli.root import app
@@ -111,16 +112,9 @@ MmLimitOpt = Annotated[Optional[str], typer.Option("--limit-mm-per-prompt", help
     "for every modality of a vision tower leaves the tower out (from 0.16) and its encoder profile."))]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of max-model-len tokens that must fit at once, over every DP rank (default: one)."))]
-DataParallelOpt = Annotated[int, typer.Option("--data-parallel-size", "-dp", help=(
-    "Engines of tp x pp GPUs side by side, each with its own KV pool and scheduler (vLLM: the routed experts spread "
-    "over dp x tp GPUs; SGLang --dp-size: replicas); with --enable-dp-attention (SGLang) attention groups inside "
-    "the tp GPUs instead (default 1)."))]
 DpAttentionOpt = Annotated[bool, typer.Option("--enable-dp-attention", help=(
     "SGLang: attention at tp // dp in dp groups inside the tp GPUs, each its own token pool, the MoE and dense "
     "layers over all tp (default: off)."))]
-DecodeContextParallelOpt = Annotated[int, typer.Option("--decode-context-parallel-size", "-dcp", help=(
-    "vLLM: each sequence's KV sharded over this many of the tp ranks (token i on rank i % dcp), from 0.10.2; MLA, "
-    "and GQA from 0.11.1 (default 1)."))]
 ExpertParallelOpt = Annotated[bool, typer.Option("--enable-expert-parallel", help=(
     "Each GPU holds whole routed experts instead of a share of every expert: over dp x tp GPUs in vLLM, over tp in "
     "SGLang (--ep-size tp) (default: off)."))]
@@ -138,9 +132,9 @@ def fit_cmd(
     allow_long: AllowLongOpt = False,
     tp: TensorParallelOption = 1,
     pp: PipelineParallelOption = 1,
-    dp: DataParallelOpt = 1,
+    dp: DataParallelOption = 1,
     expert_parallel: ExpertParallelOpt = False,
-    dcp: DecodeContextParallelOpt = 1,
+    dcp: DecodeContextParallelOption = 1,
     dp_attention: DpAttentionOpt = False,
     kv_cache_dtype: KvCacheDtypeOption = "auto",
     weight_dtype: WeightDtypeOpt = "auto",

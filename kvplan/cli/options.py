@@ -66,6 +66,13 @@ TensorParallelOption = Annotated[int, typer.Option("--tensor-parallel-size", "-t
 PipelineParallelOption = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help=(
     "Pipeline parallel size: stages that split the layers (default 1)."))]
 BatchOption = Annotated[int, typer.Option("--batch", "-b", help="Sequences held at once (default 1).")]
+DataParallelOption = Annotated[int, typer.Option("--data-parallel-size", "-dp", help=(
+    "Engines of tp x pp GPUs side by side, each with its own KV pool and scheduler, the requests shared between "
+    "them (fit, vLLM: the routed experts spread over dp x tp GPUs; SGLang --dp-size: replicas, or with "
+    "--enable-dp-attention attention groups inside the tp GPUs) (default 1)."))]
+DecodeContextParallelOption = Annotated[int, typer.Option("--decode-context-parallel-size", "-dcp", help=(
+    "vLLM: each sequence's KV sharded over this many of the tp ranks (token i on rank i % dcp), from 0.10.2; MLA, "
+    "and GQA from 0.11.1 (default 1)."))]
 
 
 # --- the same flags, a default (so a help) of each command's own

@@ -11,7 +11,8 @@ from kvplan.app.size import MeasuredSizeReport, SizeReport, size_model
 from kvplan.cli.format import (bytes_cell, format_bytes, layers_cell, make_console, new_table, print_json,
                                print_table, summary_table)
 from kvplan.cli.hub import fetched_json, say_fetched
-from kvplan.cli.options import (LENGTH_HINT, BatchOption, BlockSizeOption, FetchOption, JsonOption, KvCacheDtypeOption,
+from kvplan.cli.options import (LENGTH_HINT, BatchOption, BlockSizeOption, DataParallelOption,
+                                DecodeContextParallelOption, FetchOption, JsonOption, KvCacheDtypeOption,
                                 ModelArg, PipelineParallelOption, RevisionOption, TensorParallelOption, engine_option,
                                 tokens)
 from kvplan.cli.root import app
@@ -39,6 +40,8 @@ def size(
     kv_cache_dtype: KvCacheDtypeOption = "auto",
     tp: TensorParallelOption = 1,
     pp: PipelineParallelOption = 1,
+    dp: DataParallelOption = 1,
+    dcp: DecodeContextParallelOption = 1,
     engine: Annotated[str, engine_option(ENGINE_HELP)] = "ideal",
     block_size: BlockSizeOption = None,
     speculative_config: Annotated[Optional[str], typer.Option("--speculative-config", help=(
@@ -49,8 +52,8 @@ def size(
     revision: RevisionOption = None,
 ) -> None:
     """KV-cache bytes per token, per sequence, total and per GPU, layer group by layer group."""
-    report = size_model(model, batch=batch, seq_len=seq_len, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
-                        engine=engine, block_size=block_size, fetch=fetch, revision=revision,
+    report = size_model(model, batch=batch, seq_len=seq_len, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp,
+                        dcp=dcp, engine=engine, block_size=block_size, fetch=fetch, revision=revision,
                         speculative=parse_speculative_config(speculative_config))
     if isinstance(report, MeasuredSizeReport):
         if as_json:
@@ -73,7 +76,8 @@ def size_json(report: SizeReport) -> dict[str, Any]:
     return {
         "model": r.model, "engine": r.engine, "kv_cache_dtype": r.kv_dtype, "batch": r.batch, "seq_len": r.seq_len,
         "seq_len_is_model_max": report.seq_len_is_model_max, "tensor_parallel_size": r.tp,
-        "pipeline_parallel_size": r.pp, "num_gpus": r.num_gpus, "block_size": report.block_size,
+        "pipeline_parallel_size": r.pp, "data_parallel_size": r.dp, "decode_context_parallel_size": r.dcp,
+        "num_gpus": r.num_gpus, "block_size": report.block_size,
         "bytes_per_token": r.bytes_per_token, "bytes_per_token_per_gpu": r.bytes_per_token_per_gpu,
         "bytes_per_sequence": r.bytes_per_sequence, "total_bytes": r.total_bytes, "per_gpu_bytes": r.per_gpu_bytes,
         "token_state_bytes": report.ideal.total_bytes,
@@ -96,7 +100,7 @@ def measured_json(report: MeasuredSizeReport) -> dict[str, Any]:
         "model": report.model, "engine": "hf", "engine_version": m.transformers_version, "measured": True,
         "kv_cache_dtype": m.dtype, "batch": m.batch, "seq_len": m.seq_len,
         "seq_len_is_model_max": report.seq_len_is_model_max, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-        "num_gpus": 1, "block_size": 1, "bytes_per_token": None, "bytes_per_token_per_gpu": None,
+        "data_parallel_size": 1, "decode_context_parallel_size": 1, "num_gpus": 1, "block_size": 1, "bytes_per_token": None, "bytes_per_token_per_gpu": None,
         "bytes_per_sequence": m.total_bytes // m.batch if m.total_bytes % m.batch == 0 else None,
         "total_bytes": m.total_bytes, "per_gpu_bytes": m.total_bytes, "token_state_bytes": None,
         "layers": [{"kind": "measured", "description": "measured", "count": len(idx), "layer_indices": idx,
@@ -132,7 +136,8 @@ def _render_size(report: SizeReport) -> None:
     seq_note = " (the model's max context; set --seq-len)" if report.seq_len_is_model_max else ""
     console.print(f"[bold]{r.model}[/]  engine [cyan]{r.engine}[/]: {report.rules}")
     console.print(f"KV dtype {r.kv_dtype} | batch {r.batch:,} x {r.seq_len:,} tokens{seq_note} | "
-                  f"tp {r.tp} x pp {r.pp} = {_gpus(r.num_gpus)}")
+                  f"tp {r.tp} x pp {r.pp}{f' x dp {r.dp}' if r.dp > 1 else ''} = {_gpus(r.num_gpus)}"
+                  + (f", dcp {r.dcp}" if r.dcp > 1 else ""))
     for note in report.model_notes:
         console.print(f"[yellow]note:[/] {note}")
     print_table(console, _groups_table(r))

@@ -71,10 +71,12 @@ class SizeResult:
     per_gpu_bytes: int
     groups: tuple[GroupSize, ...]
     bytes_per_token_per_gpu: int = 0  # what one more token adds on the GPU it adds most to
+    dp: int = 1  # engines side by side, the batch shared between them (per_gpu_bytes: the busiest engine's)
+    dcp: int = 1  # each sequence's KV sharded over dcp of the tp ranks (per rank: cdiv(seq_len, dcp) tokens)
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
 
 def check_positive(name: str, value: int, upper: int) -> None:
@@ -207,9 +209,20 @@ def size_kv(
     kv_dtype: str = "auto",
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
+    dcp: int = 1,
 ) -> SizeResult:
-    """Size the KV cache of ``batch`` sequences of ``seq_len`` tokens each."""
+    """Size the KV cache of ``batch`` sequences of ``seq_len`` tokens each, over ``dp`` engines of tp x pp GPUs (the
+    most loaded holds cdiv(batch, dp) of them), each sequence's tokens sharded over ``dcp`` of the tp ranks (token i
+    on rank i % dcp: each rank holds cdiv(seq_len, dcp) of them, in its own blocks; whether the engine and model
+    take it is the caller's to check: kvplan.core.engines.vllm.dcp)."""
     _check_shape(batch=batch, seq_len=seq_len, tp=tp, pp=pp)
+    check_positive("data parallel size", dp, MAX_PARALLEL)
+    check_positive("decode context parallel size", dcp, tp)
+    if tp % dcp:
+        raise InputError(f"decode context parallel size {dcp} must divide the tensor parallel size {tp}")
+    per_engine = -(-batch // dp)
+    per_rank = -(-seq_len // dcp)
     engine.check_kv_dtype(kv_dtype)
     dtype = get_dtype(spec.dtype if kv_dtype == "auto" else kv_dtype)
     spec = engine.prepare(spec)
@@ -221,16 +234,16 @@ def size_kv(
     token = _GpuGrid.empty(stage_of, len(stages), tp)
     measured: list[tuple[_GroupBytes, _GpuGrid]] = []
     for layer, indices in spec.layer_groups():
-        group = _group_bytes(layer, indices, engine, dtype=dtype, model_dtype=spec.dtype, tp=tp, seq_len=seq_len)
+        group = _group_bytes(layer, indices, engine, dtype=dtype, model_dtype=spec.dtype, tp=tp, seq_len=per_rank)
         token.add(indices, group.token_bytes)
         share = _GpuGrid.empty(stage_of, len(stages), tp)
-        share.add(indices, group.sequence_bytes, batch)
-        held.add(indices, group.sequence_bytes, batch)
+        share.add(indices, group.sequence_bytes, per_engine)
+        held.add(indices, group.sequence_bytes, per_engine)
         measured.append((group, share))
 
     stage, rank = held.most_loaded()
-    groups = tuple(_group_size(g, spec, engine, dtype=dtype, tp=tp, batch=batch, per_gpu_bytes=share.rows[stage][rank])
-                   for g, share in measured)
+    groups = tuple(_group_size(g, spec, engine, dtype=dtype, tp=tp, batch=batch, per_gpu_bytes=share.rows[stage][rank],
+                               dcp=dcp) for g, share in measured)
     return SizeResult(
         model=spec.name,
         engine=engine.name,
@@ -245,23 +258,29 @@ def size_kv(
         per_gpu_bytes=held.rows[stage][rank],
         groups=groups,
         bytes_per_token_per_gpu=max(max(row) for row in token.rows),
+        dp=dp,
+        dcp=dcp,
     )
 
 
 def _group_size(group: _GroupBytes, spec: ModelSpec, engine: Engine, *, dtype: KVDtype, tp: int, batch: int,
-                per_gpu_bytes: int) -> GroupSize:
+                per_gpu_bytes: int, dcp: int = 1) -> GroupSize:
     layer, count = group.layer, len(group.indices)
+    formula = _formula(layer, count, engine, dtype, tp, spec.dtype)
+    if dcp > 1:  # a token is held by tp / dcp of the ranks whose slots the formula adds up
+        head, _, _ = formula.rpartition(" = ")
+        formula = f"({head}) / {dcp} decode-context ranks = {group.slot_bytes_per_layer * count // dcp:,} B"
     return GroupSize(
         layer=layer,
         description=layer.describe(spec.num_attention_heads),
         layer_indices=tuple(group.indices),
         slot_bytes_per_layer=group.slot_bytes_per_layer,
         tokens_held_per_layer=group.tokens_held_per_layer,
-        bytes_per_token=group.slot_bytes_per_layer * count,
+        bytes_per_token=group.slot_bytes_per_layer * count // dcp,
         bytes_per_sequence=group.bytes_per_sequence,
         total_bytes=group.bytes_per_sequence * batch,
         per_gpu_bytes=per_gpu_bytes,
-        formula=_formula(layer, count, engine, dtype, tp, spec.dtype),
+        formula=formula,
     )
 
 

@@ -20,7 +20,8 @@ MaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", "-s", parse
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help=(
     "Requests of --max-model-len tokens held at once, over every replica (not with a WORKLOAD)."))]
 WorkloadOpt = Annotated[Optional[Path], typer.Option("--workload", help=(
-    "A workload file (`kvplan simulate`): the first --top rows run with its traffic (default: none)."))]
+    "A workload file (`kvplan simulate`), or a bundled example's name (`kvplan examples`): the first --top rows "
+    "run with its traffic (default: none)."))]
 MaxTtftOpt = Annotated[Optional[float], typer.Option("--max-ttft", help=(
     "Seconds to first token at --percentile a simulated row must keep (a WORKLOAD needs this or --max-queue)."))]
 MaxQueueOpt = Annotated[Optional[float], typer.Option("--max-queue", help=(
@@ -76,6 +77,10 @@ def plan(
     if top < 1:
         raise typer.BadParameter(f"--top must be at least 1 (got {top})")
     bounds = _bounds(max_ttft, max_queue, percentile)
+    if workload is not None:  # a file, or a bundled example's name (kvplan examples), as simulate takes it
+        from kvplan.io.examples import resolve_input
+
+        workload = resolve_input(workload, "workload")
     traffic, replicas = workload, True
     if is_workload_file(model):
         if concurrency is not None or workload is not None:

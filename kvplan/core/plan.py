@@ -44,7 +44,7 @@ class Space:
     max_nodes: int | None = None
     gpu_memory_utilization: float | None = None
     max_pp: int = 8
-    replicas: bool = True  # False: one engine of one stage (dp 1, pp 1), as `simulate` runs one
+    replicas: bool = True  # False: one engine of one stage (dp 1, pp 1): `plan WORKLOAD`'s space (each a simulation)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -88,10 +88,15 @@ def _given_plan(wf: WorkloadFile, path: Path, serving: Serving, size: int):  # t
     s, spec = wf.serving, serving.spec
     if spec is None or serving.engine.name != "vllm":
         return None
+    from kvplan.core.sizing import pp_stages
+
     linear = any(isinstance(layer, LinearLayer) for layer in spec.layers)
     mnbt = v1_batched_tokens(wf, serving, [])
     try:
-        return plan_vllm(spec.layers, size, serving.max_model_len, serving.engine.profile, model_dtype=spec.dtype,
+        # the bytes are one GPU's: the layers of the largest pipeline stage (every stage has as many blocks)
+        stage = max(pp_stages(spec.num_layers, s.pipeline_parallel_size), key=len)
+        return plan_vllm(spec.layers[stage.start:stage.stop], size, serving.max_model_len, serving.engine.profile,
+                         model_dtype=spec.dtype,
                          in_flight_tokens=mnbt, kv_dtype=s.kv_cache_dtype, tp=s.tensor_parallel_size,
                          mamba_cache_mode="align" if (linear and v1_prefix_caching(wf, serving, [])) else "none")
     except KvplanError as exc:
@@ -196,7 +201,7 @@ def _v1_checks(wf: WorkloadFile, path: Path, serving: Serving) -> None:
     s = wf.serving
     if serving.engine.name != "vllm":
         raise ConfigError(f"{path}: the vllm-v1 simulator needs serving.engine: vllm (got {s.engine})")
-    kinds = {layer.kind.value for layer in serving.spec.layers} & {"sliding", "chunked", "linear"} \
+    kinds = {layer.kind.value for layer in serving.spec.layers} & {"sliding", "chunked", "linear", "compressed"} \
         if serving.spec is not None else set()
     if s.pipeline_parallel_size > 1 and kinds:
         raise ConfigError(f"{path}: pipeline parallelism with {'/'.join(sorted(kinds))} layers: vLLM groups the "
@@ -221,25 +226,11 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
     pp = wf.serving.pipeline_parallel_size
     flight = in_flight(choice.profile.rules, serving.spec, mnbt, pp, sch.async_scheduling)
     async_ = flight.async_scheduling
-    if pp > 1 and async_ and not flight.v2_runner:
-        # config/vllm.py::VllmConfig.__post_init__ (0.33.0): the V1 model runner runs no async scheduling with pp
-        if sch.async_scheduling:
-            raise ConfigError(f"{path}: vLLM {choice.version} refuses async scheduling with pipeline parallelism on "
-                              "its V1 model runner (this model's); set scheduler.async_scheduling: false")
-        async_ = False
-        notes.append(f"async scheduling off: vLLM {choice.version} turns it off with pipeline parallelism on its V1 "
-                     f"model runner; {pp} batches in flight")
-    elif sch.async_scheduling is None and async_ and pp == 1:
+    if sch.async_scheduling is None and async_ and pp == 1:
         notes.append("async scheduling on (vLLM's default from 0.14.0: two batches in flight); set "
                      "scheduler.async_scheduling: false for the synchronous scheduler")
-    if pp > 1 and async_:
-        notes.append(f"pipeline parallel {pp} on vLLM's V2 model runner with async scheduling: {pp + 1} batches in "
-                     f"flight, a request's decodes {pp} steps apart (v1/core/sched/async_scheduler.py::"
-                     "AsyncScheduler.decode_stagger)")
-    elif pp > 1:
-        notes.append(f"pipeline parallel {pp}: {pp} batches in flight, each step a stage's time; a request's next "
-                     "token is scheduled once its last one is back (v1/engine/core.py::EngineCore."
-                     "step_with_batch_queue)")
+    if pp > 1:
+        notes.append(_pipeline_note(pp, async_=async_, v2=flight.v2_runner, constant=wf.step_time.model == "constant"))
     try:
         layout = layout_from_plan(pool.plan, serving.max_model_len)
         scheduler = SchedulerConfig(max_num_seqs=v1_max_num_seqs(wf, serving, notes), max_num_batched_tokens=mnbt,
@@ -286,6 +277,19 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
     return V1Run(inputs=runs[0], others=runs[1:], block_size=block, session_turns=tuple(gen.turn_links),
                  rejected=gen.rejected, user_requests=gen.user_requests or len(requests) + gen.rejected,
                  data_parallel_size=dp, router=router, api_servers=servers, moe=moe)
+
+
+def _pipeline_note(pp: int, *, async_: bool, v2: bool, constant: bool) -> str:
+    """How vLLM's engine loop keeps pipeline stages busy (VllmConfig.max_concurrent_batches, 0.26.0-0.33.0)."""
+    if async_ and v2:
+        how = (f"async scheduling on the V2 model runner: {pp + 1} batches in flight, a request's decodes {pp} steps "
+               "apart (v1/core/sched/async_scheduler.py::AsyncScheduler.decode_stagger)")
+    else:
+        how = (f"{pp} batches in flight, " + ("async scheduling on the V1 model runner" if async_ else
+               "the synchronous scheduler: a request's next token is scheduled once its last one is back")
+               + " (v1/engine/core.py::EngineCore.step_with_batch_queue)")
+    step = "step_time.seconds is one stage's time" if constant else "each step is a stage's time"
+    return f"pipeline parallel {pp}, {how}; {step}, a batch leaves the last stage {pp} steps after it enters"
 
 
 def _moe(serving: Serving) -> bool:

@@ -353,7 +353,7 @@ def pipeline_variant(name: str, pp: int, *, v2_async: bool = False):
 
 for _name, _pp, _v2 in (("sharegpt-opt13b", 2, False), ("sharegpt-opt13b", 4, False), ("long-prompts", 4, False),
                         ("multi-turn-pc", 2, False), ("sharegpt-opt13b", 2, True), ("long-prompts", 4, True),
-                        ("multi-turn-pc", 3, True)):
+                        ("multi-turn-pc", 3, True), ("gemma3-sliding", 3, False), ("gemma3-sliding", 3, True)):
     _set = pipeline_variant(_name, _pp, v2_async=_v2)
     SETS[_set()["name"]] = _set
 

@@ -71,9 +71,18 @@ def test_async_on_the_v2_runner_staggers_a_requests_decodes():
     assert v2.seconds <= sync.seconds  # it does not wait for each token to come back
 
 
-def test_what_vllm_refuses_or_kvplan_did_not_compare():
-    with pytest.raises(InputError, match="V1 model runner"):
-        run([req(0)], pp=2, async_=True, v2=False)
+def test_async_on_the_v1_runner_keeps_pp_batches_and_no_stagger():
+    # vLLM before 0.33.0 keeps async scheduling on the V1 model runner with pipeline stages: max_concurrent_batches
+    # is pp (2 at least), and nothing staggers a request's decodes (a reviewer matched recorded runs with it)
+    cfg = SchedulerConfig(async_scheduling=True, pipeline_parallel_size=3, v2_model_runner=False)
+    assert cfg.batches_in_flight == 3 and cfg.decode_stagger == 0
+    assert SchedulerConfig(async_scheduling=True, pipeline_parallel_size=3, v2_model_runner=True).batches_in_flight == 4
+    assert SchedulerConfig(async_scheduling=True).batches_in_flight == 2
+    r = run([req(0, out=6)], pp=3, async_=True, v2=False)
+    assert r.completed == 1
+
+
+def test_what_kvplan_did_not_compare():
     older = next(p for p in VLLM_PROFILES if p.version == "0.26.0").rules.scheduler
     with pytest.raises(InputError, match="0.27.0"):
         run([req(0)], pp=2, rules=older)

@@ -39,9 +39,9 @@ class SchedulerConfig:
     async_scheduling: bool = False
     # pipeline parallelism: the engine keeps VllmConfig.max_concurrent_batches batches in flight, each scheduled
     # while the earlier ones run (v1/engine/core.py::EngineCore.step_with_batch_queue): pp with the synchronous
-    # scheduler (a request whose output is in flight is not scheduled again); with async scheduling, which only
-    # the V2 model runner runs with pp, pp + 1, and a request's decodes pp schedule() calls apart
-    # (v1/core/sched/async_scheduler.py::AsyncScheduler.decode_stagger) (0.33.0: config/vllm.py)
+    # scheduler (a request whose output is in flight is not scheduled again), and with async scheduling on the V1
+    # model runner; pp + 1 on the V2 runner, a request's decodes pp schedule() calls apart
+    # (v1/core/sched/async_scheduler.py::AsyncScheduler.decode_stagger) (0.26.0-0.33.0: config/vllm.py)
     pipeline_parallel_size: int = 1
     v2_model_runner: bool = False
 
@@ -50,7 +50,7 @@ class SchedulerConfig:
         """VllmConfig.max_concurrent_batches."""
         pp = self.pipeline_parallel_size
         if self.async_scheduling:
-            return pp + 1 if self.v2_model_runner else 2
+            return pp + 1 if self.v2_model_runner else max(2, pp)
         return pp
 
     @property
@@ -65,10 +65,6 @@ class SchedulerConfig:
             raise InputError("max_num_seqs, max_num_batched_tokens and max_model_len must be >= 1")
         if not 1 <= self.pipeline_parallel_size <= 64:
             raise InputError(f"pipeline_parallel_size must be between 1 and 64 (got {self.pipeline_parallel_size})")
-        if self.pipeline_parallel_size > 1 and self.async_scheduling and not self.v2_model_runner:
-            raise InputError("vLLM refuses async scheduling with pipeline parallelism on its V1 model runner "
-                             "(config/vllm.py: 'Async scheduling is not supported by the V1 model runner with "
-                             "pipeline parallelism'); turn async scheduling off")
         if self.pipeline_parallel_size > 1 and not self.rules.stale_output_waits:
             raise InputError(f"vLLM {self.rules.release}: pipeline parallelism's batches in flight are simulated "
                              "under vLLM 0.27.0's rules and later (how a preempted request's output still in flight "

@@ -56,9 +56,9 @@ class KVCacheManager:
         self.mml = sched.max_model_len
         self._init_books(layout)
         rules = sched.rules
-        # vllm/config/vllm.py::VllmConfig.max_in_flight_tokens: a budget per batch in flight (two with async
-        # scheduling: max_concurrent_batches); one batch's budget before 0.26.0
-        in_flight = sched.max_num_batched_tokens * (2 if sched.async_scheduling and rules.window_cap_in_flight else 1)
+        # vllm/config/vllm.py::VllmConfig.max_in_flight_tokens: a budget per batch in flight (max_concurrent_batches:
+        # two with async scheduling, pp or pp + 1 with pipeline stages); one batch's budget before 0.26.0
+        in_flight = sched.max_num_batched_tokens * (sched.batches_in_flight if rules.window_cap_in_flight else 1)
         self.caps = [g.admission_cap_blocks(in_flight, self.mml) for g in layout.groups]
         self.watermark_blocks = int(sched.watermark * layout.num_blocks)
         self.reserve_full_isl = sched.reserve_full_isl and rules.full_sequence_gate  # the gate: 0.19.0

@@ -67,7 +67,7 @@ def main() -> None:
             wall = time.perf_counter() - start
         ran = [s for s in report.simulated if not s.skipped]
         print(f"{model}, 6 GPU types, top 10 with 10,000 requests: {wall:.2f} s (search {searched:.2f} s); "
-              f"{len(ran)} of {len(report.simulated)} rows simulated (the rest: not vLLM, or hybrid layers over "
+              f"{len(ran)} of {len(report.simulated)} rows simulated (the rest: not vLLM, or layer groups over "
               "pipeline stages)")
 
 

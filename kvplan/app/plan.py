@@ -149,7 +149,8 @@ def _not_simulable(c) -> str:  # type: ignore[no-untyped-def]
 def simulate_candidates(report: PlanReport, workload: Path, candidates: list, *,
                         workers: int | None = None) -> list[Simulated]:
     """Run ``workload``'s traffic on each deployment, in parallel processes, at the plan's max_model_len; one
-    `simulate` cannot run is listed with why (several replicas or stages, a weight format)."""
+    `simulate` cannot run is listed with why (SGLang's replicas or stages, layer groups over stages, a weight
+    format)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING
 
@@ -90,7 +91,9 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
                                kv_cache_dtype=kv_cache_dtype)
     result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq,
-                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
+                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp)
+    if dcp > 1:  # the token states themselves: each token once on tp / dcp ranks, no rank's share rounded up
+        ideal = dataclasses.replace(ideal, total_bytes=ideal.total_bytes // dcp)
     rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")
     uneven = None if eng.strict_tp else uneven_tp_note(spec, tp)
     return SizeReport(spec=spec, result=result, ideal=ideal, rules=rules, block_size=eng.block_size,
@@ -122,6 +125,9 @@ def _parallel_notes(spec: ModelSpec, choice: EngineChoice, eng: Any, *, tp: int,
     """How data-parallel engines and decode context parallelism share the sequences (refused where the engine or
     the release does not take it)."""
     notes = []
+    if dp > 1 and choice.name in ("hf", "trtllm"):
+        raise InputError(f"--data-parallel-size: {choice.name}'s data parallelism is not modelled (vLLM, SGLang and "
+                         "the ideal engine share the batch between engines); size one engine's share with --batch")
     if dp > 1:
         notes.append(f"data parallel {dp}: {dp} engines of tp x pp GPUs, each its own KV pool; the most loaded holds "
                      f"{-(-batch // dp):,} of the {batch:,} sequences (per GPU: that engine's; total: all of them)")
@@ -135,8 +141,8 @@ def _parallel_notes(spec: ModelSpec, choice: EngineChoice, eng: Any, *, tp: int,
         per = -(-seq_len // dcp)
         notes.append(f"decode context parallel {dcp}: token i of a sequence on rank i % {dcp} of each {dcp} tp ranks, "
                      f"so each holds {per:,} of its {seq_len:,} tokens in blocks of its own ({-(-per // eng.block_size):,}"
-                     f" of {eng.block_size}: vllm/v1/worker/block_table.py::BlockTable.compute_slot_mapping); the "
-                     "tokens held per layer are a rank's")
+                     f" blocks of {eng.block_size} tokens: vllm/v1/worker/block_table.py::BlockTable."
+                     "compute_slot_mapping); the tokens held per layer are a rank's")
     return notes
 
 

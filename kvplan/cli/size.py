@@ -143,7 +143,7 @@ def _render_size(report: SizeReport) -> None:
     print_table(console, _groups_table(r))
     print_table(console, _summary(r, report.ideal))
     multi = r.num_gpus > 1
-    console.print("[bold]formula[/] (bytes per token, one sequence, all GPUs):" if multi
+    console.print(f"[bold]formula[/] (bytes per token, one sequence, {_engine_gpus(r)}):" if multi
                   else "[bold]formula[/] (bytes per token, one sequence):")
     for g in r.groups:
         line = _formula_line(g)
@@ -151,13 +151,20 @@ def _render_size(report: SizeReport) -> None:
             console.print(f"  {line}")
 
 
+def _engine_gpus(r: SizeResult) -> str:
+    """What the per-token and per-sequence figures span: every GPU, or one engine's with data parallelism."""
+    return f"one engine's {r.tp * r.pp} GPUs" if r.dp > 1 else f"all {r.num_gpus} GPUs"
+
+
 def _groups_table(r: SizeResult) -> Table:
     multi = r.num_gpus > 1
-    cols = ("layers", "kind", "held/seq", "B/token", "per seq", "total", "per GPU") if multi else \
-        ("layers", "kind", "held/seq", "B/token", "per seq", "total")
-    table = new_table(*cols, numeric=("held/seq", "B/token", "per seq", "total", "per GPU"), no_wrap=("layers",),
-                      title="Per layer group" + (f" (B/token, per seq and total: all {r.num_gpus} GPUs)" if multi
-                                                 else ""))
+    held = "held/rank" if r.dcp > 1 else "held/seq"  # decode context parallel: a rank's share of each sequence
+    cols = ("layers", "kind", held, "B/token", "per seq", "total", "per GPU") if multi else \
+        ("layers", "kind", held, "B/token", "per seq", "total")
+    span = f"B/token and per seq: {_engine_gpus(r)}; total: all {r.num_gpus}" if r.dp > 1 else \
+        f"B/token, per seq and total: all {r.num_gpus} GPUs"
+    table = new_table(*cols, numeric=(held, "B/token", "per seq", "total", "per GPU"), no_wrap=("layers",),
+                      title="Per layer group" + (f" ({span})" if multi else ""))
     for g in r.groups:
         held = ("fixed state" if isinstance(g.layer, LinearLayer) and not g.layer.holds_tokens
                 else f"{g.tokens_held_per_layer:,}" + (" + state" if isinstance(g.layer, LinearLayer) else ""))
@@ -172,7 +179,7 @@ def _groups_table(r: SizeResult) -> Table:
 def _summary(r: SizeResult, ideal: SizeResult) -> Table:
     multi = r.num_gpus > 1
     summary = summary_table()
-    every = f", all {r.num_gpus} GPUs" if multi else ""
+    every = f", {_engine_gpus(r)}" if multi else ""
     summary.add_row("bytes per token" + every, bytes_cell(r.bytes_per_token))
     if multi:
         summary.add_row("bytes per token, per GPU", bytes_cell(r.bytes_per_token_per_gpu))

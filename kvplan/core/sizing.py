@@ -268,8 +268,7 @@ def _group_size(group: _GroupBytes, spec: ModelSpec, engine: Engine, *, dtype: K
     layer, count = group.layer, len(group.indices)
     formula = _formula(layer, count, engine, dtype, tp, spec.dtype)
     if dcp > 1:  # a token is held by tp / dcp of the ranks whose slots the formula adds up
-        head, _, _ = formula.rpartition(" = ")
-        formula = f"({head}) / {dcp} decode-context ranks = {group.slot_bytes_per_layer * count // dcp:,} B"
+        formula = f"({formula}) / {dcp} decode-context ranks"
     return GroupSize(
         layer=layer,
         description=layer.describe(spec.num_attention_heads),

@@ -55,3 +55,31 @@ def test_what_decode_context_parallelism_does_not_take(args, match):
     r = runner.invoke(app, ["size", *args])
     assert r.exit_code == 2
     assert any(m in r.output for m in match.split("|")), r.output
+
+
+def test_the_formula_and_the_token_states_count_each_token_once():
+    out = size("deepseek-v3", "--engine", "vllm==0.33.0", "-tp", "8", "-b", "4", "-s", "1000", "-dcp", "8")
+    assert out["layers"][0]["formula"] == ("(61 layers x (512 kv_lora_rank + 64 rope) x 2 B x 8 ranks (replicated)) "
+                                           "/ 8 decode-context ranks")
+    assert out["token_state_bytes"] == 4 * 1000 * MLA_TOKEN  # no rank's share rounded up
+
+
+def test_gqa_copies_split_by_decode_context_parallelism():
+    # Llama-3.1-70B at tp 16: 8 KV heads, each on 2 ranks; -dcp 2 gives each copy's pair half the tokens
+    # (cdiv(1001, 2) = 501 tokens: 32 blocks of 16 = 512 a rank)
+    head = 80 * 2 * 128 * 2  # one KV head's K and V a token over the 80 layers, bf16: 40,960 B
+    out = size("llama3.1-70b", "--engine", "vllm==0.33.0", "-tp", "16", "-dcp", "2", "-s", "1001")
+    assert out["bytes_per_token"] == 8 * head  # held once: 8 heads, not 16 copies
+    assert out["per_gpu_bytes"] == 512 * head and out["layers"][0]["tokens_held"] == 512
+
+
+def test_stages_and_engines_together():
+    # -pp 3 -dp 3, 5 sequences: stages of 27/27/26 layers, the busiest engine holds cdiv(5, 3) = 2 sequences
+    out = size("llama3.1-70b", "-tp", "8", "-pp", "3", "-dp", "3", "-b", "5", "-s", "512")
+    assert out["num_gpus"] == 72
+    assert out["per_gpu_bytes"] == 2 * 512 * 27 * 2 * 128 * 2  # one KV head a rank at tp 8
+
+
+def test_engines_that_share_no_batch_refuse_data_parallelism():
+    r = runner.invoke(app, ["size", "llama3.1-8b", "--engine", "hf", "-dp", "2"])
+    assert r.exit_code == 2 and "not modelled" in r.output

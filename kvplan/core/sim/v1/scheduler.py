@@ -306,14 +306,15 @@ class _Sim:
             kv_tokens = prefill = 0
             preempted = False
             i = 0
-            while i < len(running) and budget > 0:
+            n_run = len(running)  # less each request preempted (running.pop(), below)
+            while i < n_run and budget > 0:
                 r = running[i]
+                if s < r.eligible:
+                    i += 1  # V2 runner, async, pipeline: its last decode was fewer than pp steps ago
+                    continue
                 c = r.num_computed
                 if skip_last and r.placeholders and c + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                     i += 1  # async: the batch in flight brings its last token; no step more
-                    continue
-                if s < r.eligible:
-                    i += 1  # V2 runner, async, pipeline: its last decode was fewer than pp steps ago
                     continue
                 num = left = r.num_tokens + r.placeholders - c
                 if not left:
@@ -338,6 +339,7 @@ class _Sim:
                     ok = mgr.allocate_slots(r, num)
                 while not ok:
                     victim = running.pop()
+                    n_run -= 1
                     mgr.free(victim)
                     held_c -= victim.num_computed
                     victim.num_computed = 0

@@ -30,7 +30,9 @@ from kvplan.core.engines.vllm.scheduler_rules import RouterRules, Score
 from kvplan.core.sim.v1.inputs import V1Inputs, V1Request
 from kvplan.core.sim.v1.outcome import latency
 from kvplan.core.sim.v1.result import TierStats, V1Result
-from kvplan.core.sim.v1.scheduler import View, checked_columns, rank_sim, simulate_v1
+from kvplan.core.sim.v1.ranks import View
+from kvplan.core.sim.v1.scheduler import rank_sim, simulate_v1
+from kvplan.core.sim.v1.setup import checked_columns
 from kvplan.core.sim.v1.tables import RequestRecords, RequestTable
 from kvplan.errors import InputError
 

@@ -31,45 +31,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass
 
 from kvplan.core.sim.v1.contiguous import ContiguousManager
 from kvplan.core.sim.v1.hashing import BlockHasher
 from kvplan.core.sim.v1.inputs import V1Inputs
-from kvplan.core.sim.v1.manager import KVCacheManager
 from kvplan.core.sim.v1.offload import CPUTier
 from kvplan.core.sim.v1.quiet import Quiet
 from kvplan.core.sim.v1.outcome import Tally, v1_result
+from kvplan.core.sim.v1.ranks import FinishedLog, View
 from kvplan.core.sim.v1.result import V1Result
+from kvplan.core.sim.v1.setup import check_books, checked_columns, manager_for, outgrows
 from kvplan.core.sim.v1.shares import shares, split, thin, timeline_every
 from kvplan.core.sim.v1.state import ReqState
 from kvplan.core.sim.v1.tables import Columns, Pending, RequestRecords
 from kvplan.errors import InputError
 
 MAX_IDLE_STEPS = 1 << 40
-
-
-class _Finished:
-    """A routed rank's recorder: the rows in the order they finish (RequestRecords.write's place)."""
-
-    __slots__ = ("log",)
-
-    def __init__(self) -> None:
-        self.log: list[int] = []
-
-    def write(self, r: ReqState) -> None:
-        self.log.append(r.index)
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """What a router sees of a rank when it yields: its queues, free blocks of ``capacity`` and finished requests."""
-
-    waiting: int
-    running: int
-    free: int
-    capacity: int
-    completed: int
 
 
 def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: bool = True,
@@ -80,28 +57,8 @@ def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: 
     ``per_step``: keep every counted step's figures (V1Result.per_step_*: a plot's, and five numbers a step, which
     a million requests' 24 million steps make gigabytes of); the peaks are kept either way."""
     sim = _Sim(inputs, check_invariants)
-    sim.fast = fast_path
-    sim.timeline_points = timeline_points
-    sim.per_step = per_step
+    sim.fast, sim.timeline_points, sim.per_step = fast_path, timeline_points, per_step
     return sim.run()
-
-
-def checked_columns(inputs: V1Inputs) -> Columns:
-    """The requests' columns, each request checked as vLLM would take it."""
-    requests = inputs.requests
-    cols = Columns.of(requests)
-    if cols.mixed_times(requests):
-        raise InputError("give every request an arrival time, or none (arrival steps)")
-    if cols.arrival_ps is not None and inputs.step_model is None:
-        raise InputError("requests that arrive in time need a step-time model")
-    mml = inputs.scheduler.max_model_len
-    for i, (p, o) in enumerate(zip(cols.prompt, cols.output)):
-        if p < 1 or o < 1:
-            raise InputError(f"request {requests[i].id}: needs at least one prompt token and one output token")
-        if p >= mml:
-            raise InputError(f"request {requests[i].id}: prompt of {p} tokens reaches max_model_len {mml}; vLLM "
-                             "rejects it")
-    return cols
 
 
 def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
@@ -114,26 +71,13 @@ def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
     return sim
 
 
-def _manager(inputs: V1Inputs) -> KVCacheManager | ContiguousManager:
-    """vLLM's paged pool (V1Inputs.allocator None or paged) or a contiguous allocator over the same memory."""
-    alloc, layout = inputs.allocator, inputs.layout
-    if alloc is None or alloc.paged:
-        sizes = {g.block_size for g in layout.groups}
-        if alloc is not None and sizes != {alloc.block_size}:
-            raise InputError(f"{alloc.name}: the pool's KV cache groups have blocks of {sorted(sizes)} tokens; the "
-                             "paged pool simulated is vLLM's own (plan it with that block size, or leave the "
-                             "allocator out)")
-        return KVCacheManager(layout, inputs.scheduler)
-    return ContiguousManager(layout, inputs.scheduler, alloc, offload=inputs.offload is not None)
-
-
 class _Sim:
     def __init__(self, inputs: V1Inputs, check: bool, *, routed: list[int] | None = None,
                  columns: Columns | None = None) -> None:
         self.inputs = inputs
         cfg = inputs.scheduler
         self.cfg = cfg
-        self.mgr = _manager(inputs)
+        self.mgr = manager_for(inputs)
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
         self.check = check
         self.fast, self.timeline_points, self.per_step = True, 0, True
@@ -146,15 +90,11 @@ class _Sim:
         # block keys included, would take gigabytes), and recorded when it finishes
         self.pending = Pending(cols.arrival_order() if routed is None else routed, self._state)
         # a routed rank keeps no records (its result is its own run's): only the rows as they finish
-        self.records = RequestRecords(requests, timed=inputs.step_model is not None) if routed is None else _Finished()
+        self.records = RequestRecords(requests, timed=inputs.step_model is not None) if routed is None else FinishedLog()
         # driven by a router (rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
         # or later; the loop yields its view (View) before a step whose check would see that far
-        self.open = False
-        self.horizon = 0
-        self.routed = routed is not None
+        self.open, self.horizon, self.routed = False, 0, routed is not None  # (dp.route: the requests are timed)
         self.finished: list[int] = self.records.log if routed is not None else []  # (its router's books)
-        if routed is not None and not self.timed:
-            raise InputError("data-parallel ranks need requests that arrive in time (a step-time model)")
 
     def _state(self, i: int) -> ReqState:
         r = self.inputs.requests[i]
@@ -244,8 +184,7 @@ class _Sim:
                 else:
                     sees = now if piped else launched if in_flight is not None else clock
                 if sees >= self.horizon:
-                    yield View(waiting=len(waiting), running=len(running), free=pool.num_free, capacity=capacity,
-                               completed=completed)
+                    yield View(waiting=len(waiting), running=len(running), free=pool.num_free, capacity=capacity)
                     n_pending = len(pending)
                     continue
             if not waiting and not running:  # idle: jump to the next arrival
@@ -352,7 +291,7 @@ class _Sim:
                     preempted = True
                     if victim is r:
                         if not mgr.reserve_full_isl and pool.num_free == pool.num_blocks - 1:
-                            self._outgrows(r)
+                            raise outgrows(r, pool.num_blocks, cfg.rules.release)
                         break
                     ok = mgr.allocate_slots(r, num)
                 if not ok:
@@ -553,23 +492,8 @@ class _Sim:
                                      peak_waiting=peak_w),
                          (ps_running, ps_usage, ps_tokens, ps_waiting, ps_start), memory, tuple(timeline))
 
-    def _outgrows(self, r: ReqState) -> None:
-        """A request alone outgrew the whole pool. Without the whole-sequence gate (before 0.19.0) vLLM
-        re-admits it on its first chunk and preempts it again at the same point, forever: stop instead."""
-        pool = self.mgr.pool
-        raise InputError(f"request {r.req.id} ({r.num_tokens} tokens) outgrows the whole pool ({pool.num_blocks - 1} "
-                         f"blocks) even alone: vLLM {self.cfg.rules.release}'s scheduler (no whole-sequence admission "
-                         "gate before 0.19.0) would preempt and recompute it forever; give the pool more blocks or "
-                         "shorten the request")
-
     def _check(self, running: list[ReqState], waiting: deque[ReqState], computed: int, budget: int,
                books: tuple[int, int, int, int, int] | None) -> None:
-        """The pool's books (the manager's ``check``); no request is in two queues; the computed tokens the
-        memory books keep are those of the requests holding memory. ``books``: this step's split of the pool
-        (kvplan.core.sim.v1.shares.split; None at a step that scheduled nothing) and ``budget`` the token budget
+        """The invariants at a step (tests only): kvplan.core.sim.v1.setup.check_books; ``budget``: the token budget
         the step left, which the tests recount from."""
-        self.mgr.check(running, waiting)
-        assert len({r.index for r in running}) == len(running)
-        assert not ({r.index for r in running} & {r.index for r in waiting}), "a request is running and waiting"
-        assert computed == sum(r.num_computed for r in running), "the computed tokens' books drifted"
-        assert books is None or min(books) >= 0, f"a negative share: {books}"
+        check_books(self.mgr, running, waiting, computed, books)

@@ -79,17 +79,14 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
         from kvplan.core.engines.vllm.dcp import check_dcp
 
         check_dcp(spec, choice.profile.rules, choice.version, tp=tp, dcp=dcp, kv_dtype=budget.kv_cache_dtype)
+    # one GPU holds its rank's share of the batch (cdiv(batch, dp)), each sequence's tokens spread over dcp ranks in
+    # blocks of their own (size_kv); with SGLang's DP attention the ranks are groups of tp // dp inside the tp GPUs
+    dp_attention = budget.enable_dp_attention and dp > 1
     r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp,
-                dcp=dcp)
-    # one GPU holds its rank's share of the batch (cdiv(batch, dp)), at the attention's tp (tp // dp with SGLang's
-    # DP attention), each sequence's tokens spread over dcp ranks in blocks of their own (size_kv)
-    if budget.enable_dp_attention and dp > 1:
-        attn = tp // dp if tp % dp == 0 else tp
-        mine = size_kv(spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len, kv_dtype=budget.kv_cache_dtype,
-                       tp=attn, pp=pp)
-    else:
-        mine = r if dp == 1 else size_kv(spec, engine, batch=budget.batch, seq_len=seq_len,
-                                         kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
+                dp=1 if dp_attention else dp, dcp=dcp)
+    mine = r if not dp_attention else size_kv(
+        spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len, kv_dtype=budget.kv_cache_dtype,
+        tp=tp // dp if tp % dp == 0 else tp, pp=pp)
     per_gpu = mine.per_gpu_bytes
     out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes, max_kv_bytes_per_gpu=per_gpu)
     halves = "; kv_cache_dtype: fp8 halves it" if r.kv_dtype in ("bf16", "fp16") else ""
@@ -107,7 +104,7 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     why["max_kv_bytes_per_gpu"] = (f"{_bytes(per_gpu)} on one GPU > "
                                    f"{_bytes(asked.get('max_kv_bytes_per_gpu'))}: "
                                    f"{budget.batch:,} x {seq_len:,} tokens{share} take {_bytes(r.total_bytes)} "
-                                   f"over {r.num_gpus * (dp if not budget.enable_dp_attention else 1)} GPU(s)"
+                                   f"over {r.num_gpus} GPU(s)"
                                    f"{f' and {dcp} DCP ranks' if dcp > 1 else ''}; {fewer}")
 
 

@@ -76,6 +76,7 @@ class ContiguousManager:
         self.mml = sched.max_model_len
         self.watermark_slots = int(sched.watermark * slots)
         self.hash_block = 0  # no prefix caching
+        self.deferred = False  # (KVCacheManager.deferred: no prefix caching here)
         self.reserve_full_isl = True  # a region covers the whole request
         self.regions: dict[int, tuple[int, int]] = {}  # request index -> (offset, slots placed)
         # memory books (kvplan.core.sim.v1.shares): a unit is a slot; entries: the slots placed
@@ -108,7 +109,7 @@ class ContiguousManager:
                        admitting: bool = False, has_running: bool = True) -> bool:
         """Place r's region when it is admitted; a running request's region already holds every token."""
         fill = r.num_computed + num_new  # its tokens computed by the end of the step
-        final = min(r.prompt_len + r.max_tokens, self.mml) - 1  # the last sampled token's KV is never written
+        final = r.final  # the last sampled token's KV is never written
         if r.tracked:
             if fill > final:  # 0.11.0's async scheduler computes one more token: its slot is used, not waste
                 internal = r.entries - fill

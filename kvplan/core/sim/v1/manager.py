@@ -28,6 +28,7 @@ from __future__ import annotations
 from math import lcm
 
 from kvplan.core.engines.vllm.scheduler_rules import FreeOrder, WindowCap
+from kvplan.core.sim.v1.hashing import DEAD, PrivateKeys
 from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
 from kvplan.core.sim.v1.pool import BlockPool
 from kvplan.core.sim.v1.shares import Books
@@ -88,6 +89,10 @@ class KVCacheManager:
             specs = [SpecGroup(k, b, w, ids) for (k, b, w), ids in by_spec.items()]
             specs.sort(key=lambda s: s.kind != FULL)  # full attention first (stable)
             self.spec_groups = specs
+        # One full-attention group: a private request's blocks (kvplan.core.sim.v1.hashing.PrivateKeys) are filed
+        # when it frees them, not as they fill (``_file_deferred``): only it can hit them, and only once preempted.
+        # The scheduler turns this off where a CPU tier reads the keys.
+        self.deferred = self.caching and self.kinds == [FULL]
 
     def _init_books(self, layout: CacheLayout) -> None:
         """The memory books (kvplan.core.sim.v1.shares): a pool block is ``unit`` units, a slot of a group of block
@@ -123,6 +128,8 @@ class KVCacheManager:
         """The longest prefix-cache hit of a waiting request (KVCacheManager.get_computed_blocks)."""
         if not self.caching:
             return None, 0
+        if r.num_preemptions == 0 and r.hasher.__class__ is PrivateKeys:  # nothing filed under its keys yet
+            return [[] for _ in self.groups], 0
         max_len = r.num_tokens - 1
         keys = r.hasher.keys
         ng = len(self.groups)
@@ -327,7 +334,7 @@ class KVCacheManager:
             else:
                 blocks += pool.get_new(1)
         cap = r.cap_tokens = len(r.blocks[0]) * self.sizes[0]
-        if cap < min(r.prompt_len + r.max_tokens, self.mml) - 1:  # not its last block: no internal waste yet
+        if cap < r.final:  # not its last block: no internal waste yet
             g = len(r.blocks)
             self.entries += g
             r.entries += g
@@ -339,23 +346,31 @@ class KVCacheManager:
             self.cache_blocks(r, min(end, known))
 
     def grow_one(self, r: ReqState, end: int, known: int) -> None:
-        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.take,
-        BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent pool operation."""
+        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.take's
+        common case and BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent pool
+        operation."""
         pool = self.pool
-        b = pool.take()
+        plain = pool.plain
+        if plain:
+            b = plain.popleft()
+            pool.ref[b] = 1
+        else:
+            b = pool.take()
         blocks = r.blocks[0]
         blocks.append(b)
         block = self.sizes[0]
         cap = r.cap_tokens = len(blocks) * block
-        last = r.prompt_len + r.max_tokens
-        if last > self.mml:
-            last = self.mml
-        if cap < last - 1:  # not its last block: no internal waste yet
+        if cap < r.final:  # not its last block: no internal waste yet
             self.entries += 1
             r.entries += 1
         else:
             self._book(r, end)
         if self.caching:
+            if r.private:  # filed when freed (_file_deferred): the count alone (its keys are extended where read)
+                full = (end if end < known else known) // block  # (one group: hash_block = block)
+                if full > r.ncached[0]:
+                    r.ncached[0] = full
+                return
             hasher = r.hasher
             keys = hasher.keys
             if known >= (len(keys) + 1) * block:  # the keys of its blocks known now (BlockHasher.extend)
@@ -387,7 +402,7 @@ class KVCacheManager:
         """r's table entries and internal fragmentation in the memory books, once it has computed ``computed``
         tokens: past the tokens it will ever compute (the last sampled token's KV is never written; 0.11.0's async
         scheduler computes it, SchedulerRules.async_skip_last_in_flight), in a table that reached its last block."""
-        final = min(r.prompt_len + r.max_tokens, self.mml) - 1
+        final = r.final
         fill = max(computed, final)
         entries = internal = 0
         for gi, unit in enumerate(self.units):
@@ -418,6 +433,7 @@ class KVCacheManager:
             self.pool.touch(hit)
             r.blocks[gi] = [0] * skipped + hit
             r.ncached[gi] = len(r.blocks[gi])
+        r.mapped = r.ncached[0]
         if ext:
             for gi in range(len(self.groups)):
                 if self.kinds[gi] == MAMBA:
@@ -432,6 +448,11 @@ class KVCacheManager:
     def cache_blocks(self, r: ReqState, n: int) -> None:
         """File r's full blocks up to n tokens under their hashes (SingleTypeKVCacheManager.cache_blocks)."""
         keys = r.hasher.keys
+        if r.private:  # filed when freed (_file_deferred): the count alone
+            full = min(n, len(keys) * self.hash_block) // self.sizes[0]
+            if full > r.ncached[0]:
+                r.ncached[0] = full
+            return
         for gi in range(len(self.groups)):
             b = self.sizes[gi]
             full = min(n, len(keys) * self.hash_block) // b
@@ -448,6 +469,8 @@ class KVCacheManager:
 
     def free(self, r: ReqState) -> None:
         """Release r's blocks group by group, tail first (KVCacheManager.free)."""
+        if r.private and r.ncached[0] > r.mapped:
+            self._file_deferred(r)
         for gi in range(len(self.groups)):
             blocks = r.blocks[gi]
             if blocks:
@@ -457,9 +480,26 @@ class KVCacheManager:
             r.ncached[gi] = 0
         self.entries -= r.entries
         self.internal -= r.internal
-        r.entries = r.internal = 0
+        r.entries = r.internal = r.mapped = 0
         r.tracked = False
         r.cap_tokens = r.next_free_at = 0
+
+    def _file_deferred(self, r: ReqState) -> None:
+        """File the blocks a private request filled since it was admitted, as it frees them: under its keys where it
+        was preempted (it may hit them when admitted again; BlockPool.insert as cache_blocks would have, the same
+        map: an older block under a key stays first), marked hashed in no map (DEAD) where it finished (no request
+        can hit them; evicting one counts as evicting a cached block). The free queue takes them as vLLM's."""
+        blocks, pool = r.blocks[0], self.pool
+        if r.finish_step >= 0:
+            key, group = pool.key, pool.group
+            for j in range(r.mapped, r.ncached[0]):
+                blk = blocks[j]
+                key[blk], group[blk] = DEAD, 0
+        else:
+            base = r.hasher.base  # type: ignore[union-attr]
+            for j in range(r.mapped, r.ncached[0]):
+                pool.insert(0, base + j, blocks[j])
+        r.mapped = r.ncached[0]
 
     def cannot_admit(self, r: ReqState) -> str:
         """Why r, at the head of the queue with nothing running, cannot be admitted (an error message)."""

@@ -12,6 +12,7 @@ unhashed blocks followed by an insertion-ordered dict of hashed ones, which give
 the same order with O(1) operations. Before 0.24.0 (SchedulerRules.free_order) freed blocks were
 appended whether hashed or not (``free(..., unhashed_first=False)``): they go to the dict, behind the
 deque of blocks never used or prepended, and a block taken from the dict loses its hash only if it has one.
+- a finished private request's filed blocks (KVCacheManager._file_deferred) are hashed under DEAD, in no map;
 - the cache map keeps every block cached under a hash; ``get_one_block`` returns the first inserted
   (BlockHashToBlockMap: a hash may map to several blocks, duplicates are not merged).
 - usage = 1 - free / (num_blocks - 1) (``get_usage``; free counts evictable cached blocks).
@@ -20,6 +21,8 @@ deque of blocks never used or prepended, and a block taken from the dict loses i
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+
+from kvplan.core.sim.v1.hashing import DEAD
 
 
 class BlockPool:
@@ -72,14 +75,15 @@ class BlockPool:
             k = self.key[b]
             if k is not None:  # _drop_hash, inlined
                 self.key[b] = None
-                cache = self.caches[self.group[b]]
-                held = cache[k]
-                if held == b:
-                    del cache[k]
-                else:
-                    held.remove(b)  # type: ignore[union-attr]
-                    if len(held) == 1:  # type: ignore[arg-type]
-                        cache[k] = held[0]  # type: ignore[index]
+                if k != DEAD:
+                    cache = self.caches[self.group[b]]
+                    held = cache[k]
+                    if held == b:
+                        del cache[k]
+                    else:
+                        held.remove(b)  # type: ignore[union-attr]
+                        if len(held) == 1:  # type: ignore[arg-type]
+                            cache[k] = held[0]  # type: ignore[index]
                 self.evicted += 1
         self.ref[b] = 1
         return b

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Generator
 
 from kvplan.core.sim.v1.contiguous import ContiguousManager
-from kvplan.core.sim.v1.hashing import BlockHasher
+from kvplan.core.sim.v1.hashing import BlockHasher, PrivateKeys, shared_firsts
 from kvplan.core.sim.v1.inputs import V1Inputs
 from kvplan.core.sim.v1.offload import CPUTier
 from kvplan.core.sim.v1.quiet import Quiet
@@ -79,11 +79,15 @@ class _Sim:
         self.cfg = cfg
         self.mgr = manager_for(inputs)
         self.cpu = CPUTier(inputs.offload, inputs.layout, cfg.enable_prefix_caching) if inputs.offload else None
+        if self.cpu is not None:
+            self.mgr.deferred = False  # the CPU tier stores blocks by their keys as they fill
         self.check = check
         self.fast, self.timeline_points, self.per_step = True, 0, True
+        self.private_keys = True  # False: every request's keys hashed and filed as its blocks fill (the tests compare)
         requests = inputs.requests
         cols = self.columns = columns if columns is not None else checked_columns(inputs)
         self.timed = cols.arrival_ps is not None
+        self.shared = shared_firsts(cols.first)  # the others' block keys are numbered, not hashed (PrivateKeys)
         if isinstance(self.mgr, ContiguousManager) and routed is None:
             self.mgr.screen(self._state(i) for i in range(len(requests)))
         # the requests in arrival order, each made a state when the loop first reads it (a million requests' states,
@@ -97,11 +101,19 @@ class _Sim:
         self.finished: list[int] = self.records.log if routed is not None else []  # (its router's books)
 
     def _state(self, i: int) -> ReqState:
-        r = self.inputs.requests[i]
-        st = ReqState(i, r, len(self.inputs.layout.groups))
+        cols = self.columns
+        due = cols.arrival_ps[i] if self.timed else cols.arrival_step[i]  # type: ignore[index]
+        st = ReqState(i, self.inputs.requests, cols.prompt[i], cols.output[i], due, len(self.inputs.layout.groups))
+        if st.final >= self.cfg.max_model_len:  # the last sampled token's KV is never written
+            st.final = self.cfg.max_model_len - 1
         hash_block = self.mgr.hash_block
         if hash_block:
-            st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
+            if self.private_keys and cols.first[i] not in self.shared:
+                st.hasher = PrivateKeys(i, hash_block)
+                st.private = self.mgr.deferred
+            else:
+                r = self.inputs.requests[i]
+                st.hasher = BlockHasher([*r.prompt, r.output], hash_block)
             st.hasher.extend(st.num_tokens)
         return st
 
@@ -180,7 +192,7 @@ class _Sim:
             if self.open:  # a data-parallel rank: what arrives by the horizon or later is the router's to say
                 if not waiting and not running:  # idle: its next check is at the next request sent, if any
                     # (the clock jumps to the arrival, or stays where it is past it)
-                    sees = max(clock, now, pending[nxt].req.arrival_ps) if nxt < n_pending else self.horizon
+                    sees = max(clock, now, pending[nxt].due) if nxt < n_pending else self.horizon
                 else:
                     sees = now if piped else launched if in_flight is not None else clock
                 if sees >= self.horizon:
@@ -191,20 +203,19 @@ class _Sim:
                 in_flight = None  # only finished requests' outputs could be left: nothing to process
                 queue.clear()
                 if timed:
-                    clock = launched = max(clock, pending[nxt].req.arrival_ps)
+                    clock = launched = max(clock, pending[nxt].due)
                     now = max(now, clock)
                 else:
-                    s = max(s, pending[nxt].req.arrival_step)
+                    s = max(s, pending[nxt].due)
             if piped:  # schedule() runs at the engine's time; its batch starts when the first stage is free
                 seen_by = now if timed else s
                 clock = max(now, free0)
             else:
                 seen_by = (launched if in_flight is not None else clock) if timed else s
-            while nxt < n_pending and ((pending[nxt].req.arrival_ps <= seen_by) if timed
-                                       else (pending[nxt].req.arrival_step <= seen_by)):
+            while nxt < n_pending and pending[nxt].due <= seen_by:
                 st = pending[nxt]
                 st.arrival_step = s
-                st.arrival_ps = st.req.arrival_ps if timed else clock
+                st.arrival_ps = st.due if timed else clock
                 waiting.append(st)
                 nxt += 1
 

@@ -3,7 +3,7 @@ slots (the scheduler's loop reads and writes them every step)."""
 
 from __future__ import annotations
 
-from kvplan.core.sim.v1.hashing import BlockHasher
+from kvplan.core.sim.v1.hashing import BlockHasher, PrivateKeys
 
 
 class ReqState:
@@ -16,6 +16,8 @@ class ReqState:
         "cached_tokens",
         "cap_tokens",
         "cpu_tokens",
+        "due",
+        "final",
         "eligible",
         "entries",
         "finish_ps",
@@ -29,6 +31,7 @@ class ReqState:
         "in_flight",
         "index",
         "internal",
+        "mapped",
         "max_tokens",
         "ncached",
         "next_free_at",
@@ -37,24 +40,31 @@ class ReqState:
         "num_preemptions",
         "num_tokens",
         "placeholders",
+        "private",
         "prompt_len",
-        "req",
+        "source",
         "stale",
         "tracked",
     )
 
-    def __init__(self, index: int, req, num_groups: int) -> None:
+    def __init__(self, index: int, source, prompt_len: int, max_tokens: int, due: int, num_groups: int) -> None:
         self.index = index
-        self.req = req
-        self.prompt_len = req.prompt_len
-        self.num_tokens = self.prompt_len
-        self.max_tokens = req.output[1]
+        self.source = source  # the run's requests: this one is source[index] (``req``)
+        self.due = due  # its arrival: picoseconds where the run is timed, else its step
+        self.prompt_len = prompt_len
+        self.num_tokens = prompt_len
+        self.max_tokens = max_tokens
+        self.final = prompt_len + max_tokens - 1  # its last computed token's count (_Sim._state caps it at max_model_len)
         self.generated = 0
         self.num_computed = 0
         self.blocks: list[list[int]] = [[] for _ in range(num_groups)]
         self.ncached = [0] * num_groups
         self.tracked = False  # vLLM: request id in num_cached_block (admitted, blocks held)
-        self.hasher: BlockHasher | None = None
+        self.hasher: BlockHasher | PrivateKeys | None = None
+        # Its first segment its own (kvplan.core.sim.v1.hashing.PrivateKeys) where the manager files such requests'
+        # blocks when they are freed (KVCacheManager.deferred): its leading blocks in the prefix-cache map (hits)
+        self.private = False
+        self.mapped = 0
         self.num_preemptions = 0
         self.arrival_step = -1
         self.arrival_ps = 0
@@ -84,3 +94,8 @@ class ReqState:
         # internal fragmentation in pool units
         self.entries = 0
         self.internal = 0
+
+    @property
+    def req(self):  # type: ignore[no-untyped-def]
+        """The request (a V1Request; made from its table's row where the run's requests are a RequestTable)."""
+        return self.source[self.index]

@@ -100,8 +100,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     # clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2)
     k0, clock0, kv0 = 0, clock, kv
     n_pending = len(pending)
-    arrival = (None if nxt == n_pending else
-               pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+    arrival = None if nxt == n_pending else pending[nxt].due
     # a data-parallel rank (scheduler.rank_sim): nothing is known past the router's horizon, which ends the stretch
     # where an arrival would be seen (a barrier, not an arrival)
     routed, horizon = q.sim.open, q.sim.horizon
@@ -167,11 +166,10 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                 while arrival is not None and arrival <= seen_by:
                     st = pending[nxt]
                     st.arrival_step = s + k
-                    st.arrival_ps = st.req.arrival_ps if timed else clock
+                    st.arrival_ps = st.due if timed else clock
                     waiting.append(st)
                     nxt += 1
-                    arrival = (None if nxt == n_pending else
-                               pending[nxt].req.arrival_ps if timed else pending[nxt].req.arrival_step)
+                    arrival = None if nxt == n_pending else pending[nxt].due
                 if arrival is None and routed:
                     arrival = horizon
                 nw = len(waiting)
@@ -372,7 +370,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
             stop = kcap
         nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
         entries, internal = mgr.entries, mgr.internal
-        permille = round((1.0 - nf / capacity) * 1000)
+        permille = round((1.0 - nf / capacity) * 1000) if keep else 0  # (else only the run's last: its peak)
         jp, short = k, False  # where the run of the pool's present figures started; whether the pool ran short
         chg = [(k, nf, entries, internal)] if tl_every else None
         for j in range(k, stop) if B else ():
@@ -394,7 +392,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                 grow(running[i], c0s[i] + j + 1, nt0s[i] + j)
             nf = len(plain) + len(cached_free)
             entries, internal = mgr.entries, mgr.internal
-            permille = round((1.0 - nf / capacity) * 1000)
+            if keep:
+                permille = round((1.0 - nf / capacity) * 1000)
             if chg is not None:
                 chg.append((j, nf, entries, internal))
         g = stop - jp
@@ -404,6 +403,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
         g = stop - k
         if not g:
             break
+        if not keep:  # usage only rises over the run (crossings take blocks): its last is its peak
+            permille = round((1.0 - nf / capacity) * 1000)
         if permille > peak_pm:
             peak_pm = permille
         if nw > peak_w:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Generic, TypeVar, overload
 
 from kvplan.core.sim.v1.inputs import Segment, V1Request
@@ -100,17 +101,28 @@ class RequestTable(_Rows[V1Request]):
         starts = self._start
         lens = self._len
         prompt = array("q", (sum(lens[starts[i]:starts[i + 1]]) for i in range(len(self))))
-        return Columns(prompt=prompt, output=self._out_len, arrival_ps=self._arrival, arrival_step=None)
+        firsts = array("q", map(self._seg.__getitem__, islice(starts, len(self))))
+        if 0 in map(lens.__getitem__, islice(starts, len(self))):  # a prompt led by an empty segment
+            firsts = array("q", (_first(self._row(i)) for i in range(len(self))))
+        return Columns(prompt=prompt, output=self._out_len, arrival_ps=self._arrival, arrival_step=None,
+                       first=firsts)
+
+
+def _first(r: V1Request) -> int:
+    """The id of the first segment with tokens (BlockHasher skips empty ones): the output's for an empty prompt."""
+    return next((seg for seg, n in r.prompt if n > 0), r.output[0])
 
 
 class Columns:
-    """Every request's prompt and output lengths and arrival (picoseconds, or steps where none has a time)."""
+    """Every request's prompt and output lengths, arrival (picoseconds, or steps where none has a time), and the
+    id of the segment its tokens start with (``first``: kvplan.core.sim.v1.hashing.shared_firsts)."""
 
-    __slots__ = ("arrival_ps", "arrival_step", "output", "prompt")
+    __slots__ = ("arrival_ps", "arrival_step", "first", "output", "prompt")
 
     def __init__(self, *, prompt: Sequence[int], output: Sequence[int], arrival_ps: Sequence[int] | None,
-                 arrival_step: Sequence[int] | None) -> None:
+                 arrival_step: Sequence[int] | None, first: Sequence[int]) -> None:
         self.prompt, self.output, self.arrival_ps, self.arrival_step = prompt, output, arrival_ps, arrival_step
+        self.first = first
 
     @staticmethod
     def of(requests: Sequence[V1Request]) -> Columns:
@@ -121,7 +133,8 @@ class Columns:
         times = [r.arrival_ps for r in requests]
         timed = bool(times) and all(t is not None for t in times)
         return Columns(prompt=[r.prompt_len for r in requests], output=[r.output[1] for r in requests],
-                       arrival_ps=times if timed else None, arrival_step=[r.arrival_step for r in requests])
+                       arrival_ps=times if timed else None, arrival_step=[r.arrival_step for r in requests],
+                       first=[_first(r) for r in requests])
 
     def mixed_times(self, requests: Sequence[V1Request]) -> bool:
         """Whether some requests have an arrival time and others not."""

@@ -1,0 +1,84 @@
+"""Private block keys (kvplan/core/sim/v1/hashing.py::PrivateKeys) and their deferred filing
+(KVCacheManager._file_deferred) change nothing: a request whose first segment no other request starts with gets the
+same hits, the pool hands out and evicts the same blocks, as when every request's blocks are hashed and filed as
+they fill."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, newest
+from kvplan.core.sim.v1 import V1Request
+from kvplan.core.sim.v1.hashing import DEAD, MASK, BlockHasher, PrivateKeys, shared_firsts
+from kvplan.core.sim.v1.scheduler import _Sim
+from tests.core.sim.test_v1_quiet import STEP, inputs
+
+
+def run(inp, private: bool, fast: bool):
+    sim = _Sim(inp, check=True)
+    sim.private_keys, sim.fast = private, fast
+    result = sim.run()
+    pool = sim.mgr.pool
+    hashed = [k is not None for k in pool.key]  # the keys differ (numbers, DEAD); which blocks are hashed must not
+    return result, (list(pool.plain), list(pool.cached_free), pool.ref, pool.evicted, hashed), sim
+
+
+def test_shared_firsts_are_the_ids_more_than_one_request_starts_with():
+    assert shared_firsts([1, 2, 5, 9]) == set()
+    assert shared_firsts([4, 2, 4, 7, 2, 2]) == {2, 4}
+    assert shared_firsts([]) == set()
+
+
+def test_private_keys_number_blocks_below_every_hashed_key():
+    keys = PrivateKeys(0, 16)
+    keys.extend(47)
+    assert len(keys.keys) == 2 and all(k < 0 and k != DEAD for k in keys.keys)
+    other = PrivateKeys(1, 16)
+    other.extend(47)
+    assert not set(keys.keys) & set(other.keys)
+    hashed = BlockHasher([(3, 40), (4, 30)], 16)
+    hashed.extend(70)
+    assert len(hashed.keys) == 4 and all(0 <= k <= MASK for k in hashed.keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_private_requests_run_as_hashed_ones(data):
+    # requests of their own (ShareGPT-like) beside some that share a first segment or repeat an earlier request,
+    # in pools small enough to preempt: a preempted private request hits its own filed blocks when readmitted
+    n = data.draw(st.integers(1, 16))
+    reqs = []
+    for i in range(n):
+        first = data.draw(st.sampled_from([1000 + i] * 3 + [0, 1]))  # mostly its own
+        prompt = ((first, data.draw(st.integers(1, 90))), (100 + i, data.draw(st.integers(0, 40))))
+        prompt = tuple(p for p in prompt if p[1])
+        out = data.draw(st.integers(1, 300))
+        if i and data.draw(st.integers(0, 5)) == 0:
+            j = data.draw(st.integers(0, i - 1))
+            prompt, out = (*reqs[j].prompt, reqs[j].output), data.draw(st.integers(1, 60))
+        out = max(1, min(out, 1000 - sum(k for _, k in prompt)))
+        reqs.append(V1Request(id=str(i), prompt=prompt, output=(200 + i, out),
+                              arrival_step=data.draw(st.integers(0, 300))))
+    block = data.draw(st.sampled_from([4, 16]))
+    rules = data.draw(st.sampled_from([newest(), V1_BASELINE]))
+    inp = inputs(reqs, blocks=1 + data.draw(st.integers(1024 // block, 3 * 1024 // block)), block=block, groups=1,
+                 caching=True, async_=data.draw(st.booleans()), rules=rules, seqs=data.draw(st.integers(1, 10)),
+                 mnbt=data.draw(st.sampled_from([16, 64, 512])), step=data.draw(st.sampled_from([None, STEP])))
+    fast = data.draw(st.booleans())
+    private, hashed = run(inp, True, fast), run(inp, False, fast)
+    assert private[0] == hashed[0]
+    assert private[1] == hashed[1]
+    firsts = [r.prompt[0][0] for r in reqs]
+    assert [private[2]._state(i).private for i in range(n)] == [firsts.count(f) == 1 for f in firsts]
+
+
+def test_a_preempted_private_request_hits_its_own_blocks():
+    # two long private requests in a pool for one: the second preempts the first, which is readmitted with hits
+    reqs = [V1Request(id=str(i), prompt=((10 + i, 200),), output=(20 + i, 300), arrival_step=i) for i in range(2)]
+    inp = inputs(reqs, blocks=50, block=16, groups=1, caching=True, async_=False, rules=newest(), seqs=4,
+                 mnbt=512, step=None)
+    private, hashed = run(inp, True, True), run(inp, False, True)
+    assert private[0].preemptions > 0 and private[0].tiers.gpu_hit_tokens > 0
+    assert private[0] == hashed[0] and private[1] == hashed[1]
+    assert private[2].mgr.deferred and not hashed[2].mgr.pool.caches[0].keys() & private[2].mgr.pool.caches[0].keys()

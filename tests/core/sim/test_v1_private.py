@@ -21,7 +21,7 @@ def run(inp, private: bool, fast: bool):
     result = sim.run()
     pool = sim.mgr.pool
     hashed = [k is not None for k in pool.key]  # the keys differ (numbers, DEAD); which blocks are hashed must not
-    return result, (list(pool.plain), list(pool.cached_free), pool.ref, pool.evicted, hashed), sim
+    return result, (list(pool.plain), pool.cached_order(), pool.ref, pool.evicted, hashed), sim
 
 
 def test_shared_firsts_are_the_ids_more_than_one_request_starts_with():

@@ -30,7 +30,7 @@ def run(inputs: V1Inputs, fast: bool):
     if isinstance(sim.mgr, ContiguousManager):
         state = (pool.num_free, sim.mgr.regions, sim.mgr.entries, sim.mgr.internal)
     else:
-        state = (list(pool.plain), list(pool.cached_free), pool.caches, pool.key, pool.ref, pool.evicted)
+        state = (list(pool.plain), pool.cached_order(), pool.caches, pool.key, pool.ref, pool.evicted)
     quiet_counts.append(sim.quiet_counts)
     return result, state, sim.quiet_stretches
 

@@ -272,11 +272,13 @@ class KVCacheManager:
         """Give r slots for num_new more tokens; False when the pool cannot (nothing is changed then, except
         blocks behind a window, which vLLM frees first either way)."""
         pool = self.pool
-        total = min(r.num_computed + hit_len + ext, self.mml)
         wm = self.watermark_blocks if admitting and has_running else 0
+        if r.private and not r.tracked and not hit_len and not ext:  # (one full group: no hit, no hit blocks)
+            return self._admit_own(r, num_new, admitting, wm)
+        total = min(r.num_computed + hit_len + ext, self.mml)
         if admitting and self.reserve_full_isl:
             full = min(r.num_tokens, self.mml)
-            if self._to_allocate(r, full, hits, total, self.gate_capped) + wm > len(pool.plain) + len(pool.cached_free):
+            if self._to_allocate(r, full, hits, total, self.gate_capped) + wm > len(pool.plain) + pool.n_cached:
                 return False
         need_slot = min(total + num_new, self.mml)
         if self.recycling:  # 0.26.0: on the processed-token basis, as in-flight batches still read the window
@@ -284,7 +286,7 @@ class KVCacheManager:
         else:
             r.next_free_at = 1 << 62
         need = self._to_allocate(r, need_slot, hits, total, self.always_capped)
-        if need + wm > len(pool.plain) + len(pool.cached_free):
+        if need + wm > len(pool.plain) + pool.n_cached:
             return False
         if not r.tracked and (hit_len or ext or (hits and any(hits))):
             self._adopt(r, hits, hit_len, ext)
@@ -307,6 +309,28 @@ class KVCacheManager:
         r.tracked = True
         if self.caching:
             self.cache_blocks(r, min(total + num_new, r.num_tokens))
+        return True
+
+    def _admit_own(self, r: ReqState, num_new: int, admitting: bool, wm: int) -> bool:
+        """allocate_slots for a private request that holds no blocks and hits none (one full-attention group): the
+        gate, the count and the watermark of the general path, as sums (a request admitted, the second most
+        frequent pool operation)."""
+        pool, block, mml = self.pool, self.sizes[0], self.mml
+        free = len(pool.plain) + pool.n_cached
+        if admitting and self.reserve_full_isl and -(-min(r.num_tokens, mml) // block) + wm > free:
+            return False
+        total = min(r.num_computed, mml)
+        need_slot = min(total + num_new, mml)
+        new = -(-need_slot // block)
+        if new + wm > free:
+            return False
+        r.next_free_at = 1 << 62
+        blocks = r.blocks[0]
+        blocks += pool.get_new(new)
+        r.cap_tokens = len(blocks) * block
+        self._book(r, need_slot)
+        r.tracked = True
+        self.cache_blocks(r, min(total + num_new, r.num_tokens))
         return True
 
     def admission_short(self, r: ReqState, num: int, free: int) -> bool:
@@ -469,9 +493,14 @@ class KVCacheManager:
 
     def free(self, r: ReqState) -> None:
         """Release r's blocks group by group, tail first (KVCacheManager.free)."""
-        if r.private and r.ncached[0] > r.mapped:
-            self._file_deferred(r)
-        for gi in range(len(self.groups)):
+        if r.private:  # one group; its blocks held by it alone, its first ncached hashed once filed
+            if r.ncached[0] > r.mapped:
+                self._file_deferred(r)
+            if r.blocks[0]:
+                self.pool.release_own(r.blocks[0], r.ncached[0], self.finished_unhashed_first[0])
+                r.blocks[0] = []
+            r.ncached[0] = 0
+        for gi in range(len(self.groups) if not r.private else 0):
             blocks = r.blocks[gi]
             if blocks:
                 blocks.reverse()
@@ -521,7 +550,7 @@ class KVCacheManager:
         for r in waiting:
             assert not any(r.blocks), "a waiting request holds blocks"
         assert counts[1:] == pool.ref[1:], "reference counts drifted"  # block 0: null entries in tables
-        free = set(pool.plain) | set(pool.cached_free)
+        free = set(pool.plain) | set(pool.cached_order())
         assert 0 not in free, "the null block was freed"
         assert len(free) == pool.num_free, "a block is in the free queue twice"
         for b in free:
@@ -532,5 +561,7 @@ class KVCacheManager:
             filed = min(r.num_computed, r.num_tokens - 1, len(r.hasher.keys) * self.hash_block)
             assert all(n >= filed // self.sizes[gi] for gi, n in enumerate(r.ncached) if self.kinds[gi] == FULL), \
                 f"request {r.req.id}: full blocks left unfiled"
+        for r in running:  # a private request's blocks: nobody else's (KVCacheManager.free, BlockPool.release_own)
+            assert not r.private or all(pool.ref[b] == 1 for b in r.blocks[0]), f"request {r.req.id}: a block shared"
         tables = sum(len(r.blocks[gi]) for r in running for gi, k in enumerate(self.kinds) if k != MAMBA)
         assert self.entries == tables, "the table entries' books drifted"

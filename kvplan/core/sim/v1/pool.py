@@ -8,9 +8,10 @@ vllm/v1/core/block_pool.py (0.33.0), class BlockPool, and kv_cache_utils.py::Fre
   from the front and drops the hash of a cached block it pops (``_maybe_evict_cached_block``);
   ``touch`` takes a ref-0 cached block out of the queue (a prefix hit).
 So every unhashed free block sits ahead of every hashed one: the queue is modelled as a deque of
-unhashed blocks followed by an insertion-ordered dict of hashed ones, which gives the same blocks in
-the same order with O(1) operations. Before 0.24.0 (SchedulerRules.free_order) freed blocks were
-appended whether hashed or not (``free(..., unhashed_first=False)``): they go to the dict, behind the
+unhashed blocks followed by a deque of hashed ones, which gives the same blocks in the same order with O(1)
+operations; a hashed block taken out of the middle (a hit) stays in its deque as a stale copy, counted in
+``stale`` and skipped when the front reaches it (every copy of a block but its newest is stale). Before 0.24.0 (SchedulerRules.free_order) freed blocks were
+appended whether hashed or not (``free(..., unhashed_first=False)``): they go to the second deque, behind the
 deque of blocks never used or prepended, and a block taken from the dict loses its hash only if it has one.
 - a finished private request's filed blocks (KVCacheManager._file_deferred) are hashed under DEAD, in no map;
 - the cache map keeps every block cached under a hash; ``get_one_block`` returns the first inserted
@@ -20,13 +21,14 @@ deque of blocks never used or prepended, and a block taken from the dict loses i
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 
 from kvplan.core.sim.v1.hashing import DEAD
 
 
 class BlockPool:
-    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "num_blocks", "plain", "ref")
+    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "n_cached", "num_blocks", "plain", "ref",
+                 "stale")
 
     def __init__(self, num_blocks: int, caching: bool, num_groups: int = 1) -> None:
         self.num_blocks = num_blocks
@@ -34,7 +36,9 @@ class BlockPool:
         self.key: list[int | None] = [None] * num_blocks  # the prefix key a cached block is filed under
         self.group = [0] * num_blocks  # ... in this group's map
         self.plain: deque[int] = deque(range(1, num_blocks))  # free, unhashed, front first
-        self.cached_free: OrderedDict[int, None] = OrderedDict()  # free, hashed, LRU first
+        self.cached_free: deque[int] = deque()  # free, hashed, LRU first (with stale copies: cached_order)
+        self.stale = [0] * num_blocks  # per block, its copies in cached_free that are stale (it was hit since)
+        self.n_cached = 0  # the blocks in cached_free
         # per group: key -> block (or blocks, first inserted first)
         self.caches: list[dict[int, int | list[int]]] = [{} for _ in range(num_groups)]
         self.evicted = 0  # cached blocks whose hash was dropped to reuse them
@@ -42,7 +46,27 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self.plain) + len(self.cached_free)
+        return len(self.plain) + self.n_cached
+
+    def cached_order(self) -> list[int]:
+        """The hashed free blocks, first evicted first."""
+        skip, out = self.stale.copy(), []
+        for b in self.cached_free:
+            if skip[b]:
+                skip[b] -= 1
+            else:
+                out.append(b)
+        return out
+
+    def _pop_cached(self) -> int:
+        """The front hashed free block, taken out of the queue."""
+        cached, stale = self.cached_free, self.stale
+        b = cached.popleft()
+        while stale[b]:
+            stale[b] -= 1
+            b = cached.popleft()
+        self.n_cached -= 1
+        return b
 
     def usage(self) -> float:
         total = self.num_blocks - 1
@@ -57,10 +81,15 @@ class BlockPool:
             b = plain.popleft()
             ref[b] = 1
             out.append(b)
+        key = self.key
         for _ in range(n - take):
-            b, _ = self.cached_free.popitem(last=False)
-            if self.key[b] is not None:  # blocks freed unhashed to the back before 0.24.0 have none
-                self._drop_hash(b)
+            b = self._pop_cached()
+            k = key[b]
+            if k is not None:  # blocks freed unhashed to the back before 0.24.0 have none
+                if k == DEAD:
+                    key[b] = None
+                else:
+                    self._drop_hash(b)
                 self.evicted += 1
             ref[b] = 1
             out.append(b)
@@ -71,7 +100,7 @@ class BlockPool:
         if self.plain:
             b = self.plain.popleft()
         else:
-            b = self.cached_free.popitem(last=False)[0]
+            b = self._pop_cached()
             k = self.key[b]
             if k is not None:  # _drop_hash, inlined
                 self.key[b] = None
@@ -106,15 +135,17 @@ class BlockPool:
             if b == 0:
                 continue
             if ref[b] == 0:
-                del self.cached_free[b]
+                self.stale[b] += 1
+                self.n_cached -= 1
             ref[b] += 1
 
     def free(self, ordered: list[int], unhashed_first: bool = True) -> None:
         """Release one reference of each block, in eviction priority order (first evicted first); blocks
         without a hash go to the front of the queue, or with ``unhashed_first=False`` (pool::free_blocks up to
         0.22.1, a full attention group's finished blocks in 0.23.0) to the back like the hashed ones."""
-        ref, key = self.ref, self.key
+        ref, key, cached = self.ref, self.key, self.cached_free
         first = []
+        n = len(cached)
         for b in ordered:
             if b == 0:
                 continue
@@ -123,9 +154,25 @@ class BlockPool:
                 if not self.caching or (key[b] is None and unhashed_first):
                     first.append(b)
                 else:
-                    self.cached_free[b] = None
+                    cached.append(b)
+        self.n_cached += len(cached) - n
         if first:
             self.plain.extendleft(reversed(first))
+
+    def release_own(self, table: list[int], hashed: int, unhashed_first: bool) -> None:
+        """``free`` of a table's blocks tail first, where each is held once and the first ``hashed`` have keys, the
+        rest none (a private request's: KVCacheManager.free): the same queue without a test a block."""
+        ref = self.ref
+        for b in table:
+            ref[b] = 0
+        if unhashed_first:
+            if hashed < len(table):
+                self.plain.extendleft(table[hashed:])  # the tail first at the front
+            self.cached_free.extend(reversed(table[:hashed]))
+            self.n_cached += hashed
+        else:
+            self.cached_free.extend(reversed(table))
+            self.n_cached += len(table)
 
     def lookup(self, g: int, k: int) -> int | None:
         held = self.caches[g].get(k)

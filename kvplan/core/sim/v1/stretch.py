@@ -124,7 +124,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     if kcap < 1 << 62:
         heappush(heap, kcap)
     grow = (mgr.grow_one if len(mgr.kinds) == 1 else mgr.grow) if q.block else None
-    plain, cached_free = (pool.plain, pool.cached_free) if q.block else (None, None)  # BlockPool.num_free's parts
+    plain = pool.plain if q.block else None  # with pool.n_cached, BlockPool.num_free's parts
     per, budget0, max_seqs, lpt = q.per_crossing, q.budget, q.max_seqs, q.lpt
     keep = q.ps is not None  # the per-step figures (V1Result.per_step_*), kept where asked
     ps_running, ps_usage, ps_tokens, ps_waiting, ps_start = q.ps if keep else ([], [], [], [], [])
@@ -158,7 +158,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
             todo = events.pop(k, None)
             crossing = wheel[k % B] if B else None
             if crossing:
-                if len(crossing) * per > len(plain) + len(cached_free):
+                if len(crossing) * per > len(plain) + pool.n_cached:
                     break  # a crossing finds the pool short: the loop preempts
                 todo = crossing if todo is None else sorted(crossing + todo)  # in running order
             if arriving:  # the loop's rule: every request seen by now queues
@@ -234,7 +234,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     budget -= num
                 nw = len(waiting)
             if stopping is not None or adm is not None:
-                nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
+                nf = len(plain) + pool.n_cached if plain is not None else pool.num_free
                 entries, internal = mgr.entries, mgr.internal
                 permille = round((1.0 - nf / capacity) * 1000)
                 # ---- a step where requests stop, are admitted or see their first token: the loop's own figures ----
@@ -368,7 +368,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
             stop = k_arr
         if stop > kcap:
             stop = kcap
-        nf = len(plain) + len(cached_free) if plain is not None else pool.num_free
+        nf = len(plain) + pool.n_cached if plain is not None else pool.num_free
         entries, internal = mgr.entries, mgr.internal
         permille = round((1.0 - nf / capacity) * 1000) if keep else 0  # (else only the run's last: its peak)
         jp, short = k, False  # where the run of the pool's present figures started; whether the pool ran short
@@ -390,7 +390,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                 jp = j
             for i in crossing:
                 grow(running[i], c0s[i] + j + 1, nt0s[i] + j)
-            nf = len(plain) + len(cached_free)
+            nf = len(plain) + pool.n_cached
             entries, internal = mgr.entries, mgr.internal
             if keep:
                 permille = round((1.0 - nf / capacity) * 1000)

@@ -48,6 +48,7 @@ def test_private_requests_run_as_hashed_ones(data):
     # requests of their own (ShareGPT-like) beside some that share a first segment or repeat an earlier request,
     # in pools small enough to preempt: a preempted private request hits its own filed blocks when readmitted
     n = data.draw(st.integers(1, 16))
+    spread = data.draw(st.sampled_from([20, 300]))  # bursts leave private heads waiting short of blocks
     reqs = []
     for i in range(n):
         first = data.draw(st.sampled_from([1000 + i] * 3 + [0, 1]))  # mostly its own
@@ -59,11 +60,11 @@ def test_private_requests_run_as_hashed_ones(data):
             prompt, out = (*reqs[j].prompt, reqs[j].output), data.draw(st.integers(1, 60))
         out = max(1, min(out, 1000 - sum(k for _, k in prompt)))
         reqs.append(V1Request(id=str(i), prompt=prompt, output=(200 + i, out),
-                              arrival_step=data.draw(st.integers(0, 300))))
+                              arrival_step=data.draw(st.integers(0, spread))))
     block = data.draw(st.sampled_from([4, 16]))
     rules = data.draw(st.sampled_from([newest(), V1_BASELINE]))
-    inp = inputs(reqs, blocks=1 + data.draw(st.integers(1024 // block, 3 * 1024 // block)), block=block, groups=1,
-                 caching=True, async_=data.draw(st.booleans()), rules=rules, seqs=data.draw(st.integers(1, 10)),
+    inp = inputs(reqs, blocks=1 + data.draw(st.integers(640 // block, 3 * 1024 // block)), block=block, groups=1,
+                 caching=True, async_=data.draw(st.booleans()), rules=rules, seqs=data.draw(st.integers(1, 16)),
                  mnbt=data.draw(st.sampled_from([16, 64, 512])), step=data.draw(st.sampled_from([None, STEP])))
     fast = data.draw(st.booleans())
     private, hashed = run(inp, True, fast), run(inp, False, fast)
@@ -82,3 +83,18 @@ def test_a_preempted_private_request_hits_its_own_blocks():
     assert private[0].preemptions > 0 and private[0].tiers.gpu_hit_tokens > 0
     assert private[0] == hashed[0] and private[1] == hashed[1]
     assert private[2].mgr.deferred and not hashed[2].mgr.pool.caches[0].keys() & private[2].mgr.pool.caches[0].keys()
+
+
+def test_stretches_run_while_a_private_head_waits_short_of_blocks():
+    # twelve private requests into a pool for about six: a waiting head whose whole sequence does not fit the free
+    # blocks waits, with or without its own cached blocks (each counts against the free ones), so the stretch runs
+    # on while it waits; hashed keys cannot know that and leave those steps to the loop
+    reqs = [V1Request(id=str(i), prompt=((1000 + i, 100),), output=(200 + i, 300), arrival_step=3 * i)
+            for i in range(12)]
+    for async_ in (False, True):
+        inp = inputs(reqs, blocks=101, block=16, groups=1, caching=True, async_=async_, rules=newest(), seqs=8,
+                     mnbt=512, step=None)
+        private, hashed = run(inp, True, True), run(inp, False, True)
+        assert private[0] == hashed[0] and private[1] == hashed[1]
+        assert private[0].preemptions > 0
+        assert private[2].quiet_counts[0] > hashed[2].quiet_counts[0] + 200  # steps advanced in stretches

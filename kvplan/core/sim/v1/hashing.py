@@ -60,12 +60,13 @@ class PrivateKeys:
 class BlockHasher:
     """Keys of the full ``h``-token blocks of one request's known tokens, extended as tokens are added."""
 
-    __slots__ = ("h", "keys", "seg_i", "seg_off", "segs")
+    __slots__ = ("h", "keys", "n", "seg_i", "seg_off", "segs")
 
     def __init__(self, segments: list[tuple[int, int]], h: int) -> None:
         self.segs = [s for s in segments if s[1] > 0]  # prompt segments then the output segment
         self.h = h
         self.keys: list[int] = []
+        self.n = 0  # len(keys): the full blocks keyed
         self.seg_i = 0  # where the next block starts
         self.seg_off = 0
 
@@ -86,6 +87,7 @@ class BlockHasher:
                     self.seg_i += 1
                     off = 0
                 self.seg_off = off
+                self.n = need
                 return
         prev = keys[-1] if keys else ROOT_KEY
         i, off = self.seg_i, self.seg_off
@@ -111,3 +113,4 @@ class BlockHasher:
                 prev = hash(tuple(pieces)) & MASK
             keys.append(prev)
         self.seg_i, self.seg_off = i, off
+        self.n = need

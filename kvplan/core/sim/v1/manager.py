@@ -335,12 +335,16 @@ class KVCacheManager:
 
     def admission_short(self, r: ReqState, num: int, free: int) -> bool:
         """Whether allocate_slots(r, num, admitting=True) fails for a waiting request while others run, with
-        ``free`` free blocks, where prefix caching is off and no group frees blocks behind a window: its two checks
-        (the whole sequence when the gate is on, then the chunk), without allocating. Fewer free blocks fail too."""
+        ``free`` free blocks, where prefix caching is off or r is private and no group frees blocks behind a window:
+        its two checks (the whole sequence when the gate is on, then the chunk), without allocating. Fewer free
+        blocks fail too. A private request hits only its own blocks, all free: each counts against the free blocks
+        as a new one would, so the whole-sequence gate asks the same with or without them."""
         wm = self.watermark_blocks
         if self.reserve_full_isl and self._to_allocate(r, min(r.num_tokens, self.mml), None, 0, self.gate_capped) \
                 + wm > free:
             return True
+        if r.private:  # with prefix caching: the gate alone is known (a hit lengthens the chunk's slots)
+            return False
         return self._to_allocate(r, min(num, self.mml), None, 0, self.always_capped) + wm > free
 
     def grow(self, r: ReqState, end: int, known: int) -> None:
@@ -365,7 +369,7 @@ class KVCacheManager:
         else:
             self._book(r, end)
         if self.caching:
-            if known >= (len(r.hasher.keys) + 1) * self.hash_block:  # the keys of its blocks known now
+            if known >= (r.hasher.n + 1) * self.hash_block:  # the keys of its blocks known now
                 r.hasher.extend(known)
             self.cache_blocks(r, min(end, known))
 
@@ -471,12 +475,12 @@ class KVCacheManager:
 
     def cache_blocks(self, r: ReqState, n: int) -> None:
         """File r's full blocks up to n tokens under their hashes (SingleTypeKVCacheManager.cache_blocks)."""
-        keys = r.hasher.keys
         if r.private:  # filed when freed (_file_deferred): the count alone
-            full = min(n, len(keys) * self.hash_block) // self.sizes[0]
+            full = min(n, r.hasher.n * self.hash_block) // self.sizes[0]
             if full > r.ncached[0]:
                 r.ncached[0] = full
             return
+        keys = r.hasher.keys
         for gi in range(len(self.groups)):
             b = self.sizes[gi]
             full = min(n, len(keys) * self.hash_block) // b
@@ -558,7 +562,7 @@ class KVCacheManager:
         held = sum(1 for b in range(1, pool.num_blocks) if pool.ref[b] > 0)
         assert held + pool.num_free == pool.num_blocks - 1, "blocks lost"
         for r in running if self.caching else ():  # allocate_slots files every full block it computed
-            filed = min(r.num_computed, r.num_tokens - 1, len(r.hasher.keys) * self.hash_block)
+            filed = min(r.num_computed, r.num_tokens - 1, r.hasher.n * self.hash_block)
             assert all(n >= filed // self.sizes[gi] for gi, n in enumerate(r.ncached) if self.kinds[gi] == FULL), \
                 f"request {r.req.id}: full blocks left unfiled"
         for r in running:  # a private request's blocks: nobody else's (KVCacheManager.free, BlockPool.release_own)

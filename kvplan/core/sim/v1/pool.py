@@ -99,8 +99,13 @@ class BlockPool:
         """get_new(1)'s block, with ref 1: the simulator's most frequent pool call (a decode crossing a block)."""
         if self.plain:
             b = self.plain.popleft()
-        else:
-            b = self._pop_cached()
+        else:  # _pop_cached, inlined
+            cached, stale = self.cached_free, self.stale
+            b = cached.popleft()
+            while stale[b]:
+                stale[b] -= 1
+                b = cached.popleft()
+            self.n_cached -= 1
             k = self.key[b]
             if k is not None:  # _drop_hash, inlined
                 self.key[b] = None

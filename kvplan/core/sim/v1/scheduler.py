@@ -460,7 +460,7 @@ class _Sim:
                 if r.first_token_step < 0:
                     r.first_token_step = at
                     r.first_token_ps = end_clock
-                if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hash_block:  # type: ignore[union-attr]
+                if caching and r.num_tokens >= (r.hasher.n + 1) * hash_block:  # type: ignore[union-attr]
                     r.hasher.extend(r.num_tokens)  # type: ignore[union-attr]
                 if not stale and r.placeholders:
                     r.placeholders -= 1

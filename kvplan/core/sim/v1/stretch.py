@@ -186,7 +186,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                     if end > r.cap_tokens:  # paged only: a contiguous stretch ends before its first crossing
                         grow(r, end, nt)  # the pool has the blocks (checked above); its new keys hashed there
                     else:  # a block filled: file it
-                        if nt >= (len(r.hasher.keys) + 1) * hb:
+                        if nt >= (r.hasher.n + 1) * hb:
                             r.hasher.extend(nt)
                         if min(end, nt) >= (r.ncached[0] + 1) * hb:
                             mgr.cache_blocks(r, min(end, nt))
@@ -293,7 +293,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                         r.num_computed = c0s[i] + k - lag
                         r.num_tokens = nt = nt0s[i] + k
                         r.generated = g0s[i] + k
-                        if caching and nt >= (len(r.hasher.keys) + 1) * hb:
+                        if caching and nt >= (r.hasher.n + 1) * hb:
                             r.hasher.extend(nt)
                         if async_:
                             r.in_flight = r.placeholders = 0
@@ -322,7 +322,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                             r.generated += 1
                             generated += 1
                             r.first_token_step, r.first_token_ps = s + k - 1, clock
-                            if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
+                            if caching and r.num_tokens >= (r.hasher.n + 1) * hb:
                                 r.hasher.extend(r.num_tokens)
                             if r.num_tokens >= q.mml or r.generated >= r.max_tokens:
                                 r.finish_step, r.finish_ps = s + k - 1, clock
@@ -463,7 +463,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
         g0s = [g0s[i] for i in alive]
     for i, r in enumerate(running):
         r.num_computed, r.num_tokens, r.generated = c0s[i] + k, nt0s[i] + k, g0s[i] + k
-        if caching and r.num_tokens >= (len(r.hasher.keys) + 1) * hb:
+        if caching and r.num_tokens >= (r.hasher.n + 1) * hb:
             r.hasher.extend(r.num_tokens)
     out.steps, out.clock, out.launched, out.held_c, out.tl_every = k, clock, launched, held_c, tl_every
     out.nxt = nxt

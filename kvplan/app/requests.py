@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 from bisect import bisect_left
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,15 @@ class V1Requests:
         """A shared prefix segment, then the request's own tokens; parallel sampling (n) as n requests with the
         same prompt (vLLM v1 fans a request with n > 1 out into n child requests: vllm/v1/engine/parallel_sampling.py)."""
         prefix = self.wf.sharing.shared_prefix_tokens
+        self.user_requests = len(requests)
+        if not prefix and requests.n.count(1) == len(requests) and (
+                not requests or 1 <= min(requests.prompt) and max(requests.prompt) < self.max_len):
+            # one segment a prompt, none rejected: ``add``'s rows, a column at a time (100,000: 0.2 s less)
+            room = self.max_len
+            outputs = array("q", (max(1, min(o, room - p)) for o, p in zip(requests.output, requests.prompt)))
+            self.out.extend_own(self.next_seg, requests.prompt, outputs, requests.arrival_ps)
+            self.next_seg += 2 * len(requests)
+            return
         shared = self.seg(prefix) if prefix else None
         rejected = 0
         for q in requests:
@@ -144,7 +154,6 @@ class V1Requests:
                     rejected += 1
                     break
         self.rejected = rejected
-        self.user_requests = len(requests)
 
     def sessions(self) -> None:
         ss = self.wf.requests.sessions

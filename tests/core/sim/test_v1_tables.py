@@ -73,3 +73,22 @@ def test_records_refuse_a_row_past_either_end():
             recs[i]
         with pytest.raises(IndexError):
             table[i]
+
+
+@given(st.lists(st.tuples(st.integers(1, 4000), st.integers(1, 4000), st.integers(0, 10**15)), max_size=30),
+       st.integers(1, 10**6))
+def test_rows_of_their_own_extend_a_table_as_appended_rows(data, first):
+    # kvplan.app.requests.V1Requests.plain: prompt i is segment first + 2i, its output first + 2i + 1
+    one, bulk = RequestTable(), RequestTable()
+    for i, (p, o, at) in enumerate(data):
+        one.append([(first + 2 * i, p)], (first + 2 * i + 1, o), at)
+    bulk.extend_own(first, [p for p, _, _ in data], [o for _, o, _ in data], [at for _, _, at in data])
+    assert bulk == one and list(bulk) == list(one)
+    assert list(Columns.of(bulk).first) == [first + 2 * i for i in range(len(data))]
+
+
+def test_a_prompt_led_by_an_empty_segment_starts_with_its_next_one():
+    table = RequestTable()
+    table.append([(7, 0), (8, 5)], (9, 3), 0)
+    table.append([(7, 4)], (10, 3), 1)
+    assert list(Columns.of(table).first) == [8, 7] == [Columns.of(list(table)).first[i] for i in range(2)]

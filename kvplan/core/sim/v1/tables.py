@@ -85,6 +85,18 @@ class RequestTable(_Rows[V1Request]):
         self._arrival.append(arrival_ps)
         return len(self._arrival) - 1
 
+    def extend_own(self, first_seg: int, prompts: Sequence[int], outputs: Sequence[int],
+                   arrival_ps: Sequence[int]) -> None:
+        """``append`` for each request whose prompt is one segment of its own, in one pass per column: request i's
+        prompt is segment first_seg + 2i, its output first_seg + 2i + 1 (the ids ``append`` row by row gives)."""
+        n, rows = len(prompts), len(self._seg)
+        self._seg.extend(range(first_seg, first_seg + 2 * n, 2))
+        self._len.extend(prompts)
+        self._start.extend(range(rows + 1, rows + n + 1))
+        self._out_seg.extend(range(first_seg + 1, first_seg + 2 * n, 2))
+        self._out_len.extend(outputs)
+        self._arrival.extend(arrival_ps)
+
     def __len__(self) -> int:
         return len(self._arrival)
 

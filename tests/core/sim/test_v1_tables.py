@@ -92,3 +92,15 @@ def test_a_prompt_led_by_an_empty_segment_starts_with_its_next_one():
     table.append([(7, 0), (8, 5)], (9, 3), 0)
     table.append([(7, 4)], (10, 3), 1)
     assert list(Columns.of(table).first) == [8, 7] == [Columns.of(list(table)).first[i] for i in range(2)]
+
+
+def test_a_record_writes_every_field():
+    from types import SimpleNamespace
+
+    from kvplan.core.sim.v1.tables import FIELDS
+
+    records = RequestRecords([V1Request(id="a", prompt=((1, 2),), output=(3, 4))] * 2, timed=True)
+    state = SimpleNamespace(index=1, **{f: 10 + k for k, f in enumerate(FIELDS)})
+    records.write(state)
+    assert [records.column(f)[1] for f in FIELDS] == [10 + k for k in range(len(FIELDS))]
+    assert [records.column(f)[0] for f in FIELDS] == [0] * len(FIELDS) and records.written == 1

@@ -524,10 +524,9 @@ class KVCacheManager:
         can hit them; evicting one counts as evicting a cached block). The free queue takes them as vLLM's."""
         blocks, pool = r.blocks[0], self.pool
         if r.finish_step >= 0:
-            key, group = pool.key, pool.group
-            for j in range(r.mapped, r.ncached[0]):
-                blk = blocks[j]
-                key[blk], group[blk] = DEAD, 0
+            key = pool.key
+            for blk in blocks[r.mapped:r.ncached[0]]:
+                key[blk] = DEAD  # (in no group's map)
         else:
             base = r.hasher.base  # type: ignore[union-attr]
             for j in range(r.mapped, r.ncached[0]):

@@ -203,9 +203,13 @@ class RequestRecords(_Rows[RequestRecord]):
         self.log: list[int] | None = None  # the rows in the order they finished, where asked (a data-parallel rank)
 
     def write(self, r) -> None:  # type: ignore[no-untyped-def]
-        i = r.index
-        for f, col in self._cols.items():
-            col[i] = getattr(r, f)
+        i, c = r.index, self._cols  # (FIELDS, one statement each: once a request)
+        c["arrival_step"][i], c["first_scheduled_step"][i] = r.arrival_step, r.first_scheduled_step
+        c["first_token_step"][i], c["finish_step"][i] = r.first_token_step, r.finish_step
+        c["num_preemptions"][i], c["cached_tokens"][i], c["cpu_tokens"][i] = r.num_preemptions, r.cached_tokens, \
+            r.cpu_tokens
+        c["arrival_ps"][i], c["first_scheduled_ps"][i] = r.arrival_ps, r.first_scheduled_ps
+        c["first_token_ps"][i], c["finish_ps"][i] = r.first_token_ps, r.finish_ps
         self.written += 1
         if self.log is not None:
             self.log.append(i)

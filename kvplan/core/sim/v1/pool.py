@@ -58,14 +58,21 @@ class BlockPool:
                 out.append(b)
         return out
 
-    def _pop_cached(self) -> int:
-        """The front hashed free block, taken out of the queue."""
+    def _take_cached(self) -> int:
+        """The front hashed free block, out of the queue, its hash dropped (_maybe_evict_cached_block)."""
         cached, stale = self.cached_free, self.stale
         b = cached.popleft()
         while stale[b]:
             stale[b] -= 1
             b = cached.popleft()
         self.n_cached -= 1
+        k = self.key[b]
+        if k is not None:  # blocks freed unhashed to the back before 0.24.0 have none
+            if k == DEAD:
+                self.key[b] = None
+            else:
+                self._drop_hash(b)
+            self.evicted += 1
         return b
 
     def usage(self) -> float:
@@ -81,44 +88,15 @@ class BlockPool:
             b = plain.popleft()
             ref[b] = 1
             out.append(b)
-        key = self.key
         for _ in range(n - take):
-            b = self._pop_cached()
-            k = key[b]
-            if k is not None:  # blocks freed unhashed to the back before 0.24.0 have none
-                if k == DEAD:
-                    key[b] = None
-                else:
-                    self._drop_hash(b)
-                self.evicted += 1
+            b = self._take_cached()
             ref[b] = 1
             out.append(b)
         return out
 
     def take(self) -> int:
         """get_new(1)'s block, with ref 1: the simulator's most frequent pool call (a decode crossing a block)."""
-        if self.plain:
-            b = self.plain.popleft()
-        else:  # _pop_cached, inlined
-            cached, stale = self.cached_free, self.stale
-            b = cached.popleft()
-            while stale[b]:
-                stale[b] -= 1
-                b = cached.popleft()
-            self.n_cached -= 1
-            k = self.key[b]
-            if k is not None:  # _drop_hash, inlined
-                self.key[b] = None
-                if k != DEAD:
-                    cache = self.caches[self.group[b]]
-                    held = cache[k]
-                    if held == b:
-                        del cache[k]
-                    else:
-                        held.remove(b)  # type: ignore[union-attr]
-                        if len(held) == 1:  # type: ignore[arg-type]
-                            cache[k] = held[0]  # type: ignore[index]
-                self.evicted += 1
+        b = self.plain.popleft() if self.plain else self._take_cached()
         self.ref[b] = 1
         return b
 

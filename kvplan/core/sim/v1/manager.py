@@ -374,16 +374,13 @@ class KVCacheManager:
             self.cache_blocks(r, min(end, known))
 
     def grow_one(self, r: ReqState, end: int, known: int) -> None:
-        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.take's
-        common case and BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent pool
-        operation."""
+        """``grow`` where the pool has one group: the same block, books and filings in fewer calls (BlockPool.get_new
+        of one block and BlockPool.insert inlined): one per block a decode crosses, the simulator's most frequent
+        pool operation."""
         pool = self.pool
         plain = pool.plain
-        if plain:
-            b = plain.popleft()
-            pool.ref[b] = 1
-        else:
-            b = pool.take()
+        b = plain.popleft() if plain else pool.take_cached()
+        pool.ref[b] = 1
         blocks = r.blocks[0]
         blocks.append(b)
         block = self.sizes[0]

@@ -58,8 +58,9 @@ class BlockPool:
                 out.append(b)
         return out
 
-    def _take_cached(self) -> int:
-        """The front hashed free block, out of the queue, its hash dropped (_maybe_evict_cached_block)."""
+    def take_cached(self) -> int:
+        """The front hashed free block, out of the queue, its hash dropped (_maybe_evict_cached_block); the caller
+        sets its reference count (get_new, and KVCacheManager.grow_one where no unhashed block is free)."""
         cached, stale = self.cached_free, self.stale
         b = cached.popleft()
         while stale[b]:
@@ -89,16 +90,10 @@ class BlockPool:
             ref[b] = 1
             out.append(b)
         for _ in range(n - take):
-            b = self._take_cached()
+            b = self.take_cached()
             ref[b] = 1
             out.append(b)
         return out
-
-    def take(self) -> int:
-        """get_new(1)'s block, with ref 1: the simulator's most frequent pool call (a decode crossing a block)."""
-        b = self.plain.popleft() if self.plain else self._take_cached()
-        self.ref[b] = 1
-        return b
 
     def _drop_hash(self, b: int) -> None:
         k = self.key[b]

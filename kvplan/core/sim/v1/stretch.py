@@ -54,7 +54,7 @@ def arrives(k: int, hi: int, arrival: int | None, timed: bool, s: int, lag: int,
     top = hi - lag - k0
     if x > top + 2:
         return hi
-    j = max(lo + 1, int(x))
+    j = max(lo + 1, -int(-x))  # the root rounded up: most often the step itself
     while clock0 + j * base + pt * (j * kv0 + n * j * (j + 1) // 2) < arrival:
         if j >= top:
             return hi

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvplan.core.engines.vllm.scheduler_rules import V1_BASELINE, newest
-from kvplan.core.sim.v1 import V1Request
+from kvplan.core.sim.v1 import CacheGroup, CacheLayout, SchedulerConfig, V1Inputs, V1Request
 from kvplan.core.sim.v1.hashing import DEAD, MASK, BlockHasher, PrivateKeys, shared_firsts
+from kvplan.core.sim.v1.inputs import CHUNKED
 from kvplan.core.sim.v1.scheduler import _Sim
 from tests.core.sim.test_v1_quiet import STEP, inputs
 
@@ -98,3 +99,29 @@ def test_stretches_run_while_a_private_head_waits_short_of_blocks():
         assert private[0] == hashed[0] and private[1] == hashed[1]
         assert private[0].preemptions > 0
         assert private[2].quiet_counts[0] > hashed[2].quiet_counts[0] + 200  # steps advanced in stretches
+
+
+def test_a_chunked_layout_counts_the_nulls_before_the_current_chunk_as_a_hit():
+    # (a review's counterexample) vLLM's chunked-local manager finds every block before the current chunk computed
+    # with nothing cached: a request's first admission hits them whether its keys are numbered or hashed
+    reqs = [V1Request(id=str(i), prompt=((10 + i, 300),), output=(20 + i, 20), arrival_step=i) for i in range(3)]
+    inp = V1Inputs(requests=tuple(reqs), scheduler=SchedulerConfig(enable_prefix_caching=True),
+                   layout=CacheLayout(num_blocks=400, groups=(CacheGroup(kind=CHUNKED, block_size=16, window=64),)))
+    private, hashed = run(inp, True, True), run(inp, False, True)
+    assert private[0] == hashed[0] and private[0].cached_tokens == 3 * 256
+    assert not private[2].mgr.deferred
+
+
+def test_stale_copies_of_hit_blocks_stay_fewer_than_the_pool():
+    # (a review's counterexample) one long shared prefix hit by request after request while the pool still has
+    # unhashed blocks: the hashed queue's stale copies are dropped once they outnumber the pool's blocks
+    reqs = [V1Request(id=str(i), prompt=((1, 640), (10 + i, 20)), output=(10**6 + i, 1), arrival_step=3 * i)
+            for i in range(300)]
+    inp = inputs(reqs, blocks=2001, block=16, groups=1, caching=True, async_=False, rules=newest(), seqs=8,
+                 mnbt=2048, step=None)
+    sim = _Sim(inp, check=True)
+    result = sim.run()
+    pool = sim.mgr.pool
+    assert result.tiers.gpu_hit_tokens >= 299 * 640 - 640
+    assert len(pool.cached_free) <= pool.n_cached + pool.num_blocks
+    assert pool.n_stale == sum(pool.stale) and len(pool.cached_order()) == pool.n_cached

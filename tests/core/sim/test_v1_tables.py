@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,17 @@ def test_a_record_writes_every_field():
     records.write(state)
     assert [records.column(f)[1] for f in FIELDS] == [10 + k for k in range(len(FIELDS))]
     assert [records.column(f)[0] for f in FIELDS] == [0] * len(FIELDS) and records.written == 1
+
+
+def test_a_row_without_prompt_segments_is_refused_not_a_crash():
+    # (a review's counterexample) the table's columns read each row's first segment before the rows are checked
+    from kvplan.errors import InputError
+
+    table = RequestTable()
+    table.append([(1, 5)], (2, 3), 0)
+    table.append([], (4, 3), 1)
+    assert list(Columns.of(table).first) == [1, 4]
+    sched = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256, rules=newest())
+    layout = CacheLayout(num_blocks=40, groups=(CacheGroup(kind=FULL, block_size=16),))
+    with pytest.raises(InputError, match="at least one prompt token"):
+        simulate_v1(V1Inputs(requests=table, scheduler=sched, layout=layout, step_model=STEP))

@@ -28,7 +28,7 @@ from __future__ import annotations
 from math import lcm
 
 from kvplan.core.engines.vllm.scheduler_rules import FreeOrder, WindowCap
-from kvplan.core.sim.v1.hashing import DEAD, PrivateKeys
+from kvplan.core.sim.v1.hashing import DEAD
 from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
 from kvplan.core.sim.v1.pool import BlockPool
 from kvplan.core.sim.v1.shares import Books
@@ -128,8 +128,8 @@ class KVCacheManager:
         """The longest prefix-cache hit of a waiting request (KVCacheManager.get_computed_blocks)."""
         if not self.caching:
             return None, 0
-        if r.num_preemptions == 0 and r.hasher.__class__ is PrivateKeys:  # nothing filed under its keys yet
-            return [[] for _ in self.groups], 0
+        if r.private and r.num_preemptions == 0:  # nothing filed under its keys yet (one full-attention group:
+            return [[]], 0  # a chunked group's nulls before the current chunk would count as a hit)
         max_len = r.num_tokens - 1
         keys = r.hasher.keys
         ng = len(self.groups)

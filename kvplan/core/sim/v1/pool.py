@@ -27,8 +27,8 @@ from kvplan.core.sim.v1.hashing import DEAD
 
 
 class BlockPool:
-    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "n_cached", "num_blocks", "plain", "ref",
-                 "stale")
+    __slots__ = ("cached_free", "caches", "caching", "evicted", "group", "key", "n_cached", "n_stale", "num_blocks",
+                 "plain", "ref", "stale")
 
     def __init__(self, num_blocks: int, caching: bool, num_groups: int = 1) -> None:
         self.num_blocks = num_blocks
@@ -39,6 +39,7 @@ class BlockPool:
         self.cached_free: deque[int] = deque()  # free, hashed, LRU first (with stale copies: cached_order)
         self.stale = [0] * num_blocks  # per block, its copies in cached_free that are stale (it was hit since)
         self.n_cached = 0  # the blocks in cached_free
+        self.n_stale = 0  # the stale copies in it (dropped once there are more than blocks: ``touch``)
         # per group: key -> block (or blocks, first inserted first)
         self.caches: list[dict[int, int | list[int]]] = [{} for _ in range(num_groups)]
         self.evicted = 0  # cached blocks whose hash was dropped to reuse them
@@ -65,6 +66,7 @@ class BlockPool:
         b = cached.popleft()
         while stale[b]:
             stale[b] -= 1
+            self.n_stale -= 1
             b = cached.popleft()
         self.n_cached -= 1
         k = self.key[b]
@@ -114,8 +116,13 @@ class BlockPool:
                 continue
             if ref[b] == 0:
                 self.stale[b] += 1
+                self.n_stale += 1
                 self.n_cached -= 1
             ref[b] += 1
+        if self.n_stale > self.num_blocks:  # a hit a request while the unhashed blocks last: keep the queue bounded
+            self.cached_free = deque(self.cached_order())
+            self.stale = [0] * self.num_blocks
+            self.n_stale = 0
 
     def free(self, ordered: list[int], unhashed_first: bool = True) -> None:
         """Release one reference of each block, in eviction priority order (first evicted first); blocks

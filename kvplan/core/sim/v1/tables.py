@@ -113,9 +113,12 @@ class RequestTable(_Rows[V1Request]):
         starts = self._start
         lens = self._len
         prompt = array("q", (sum(lens[starts[i]:starts[i + 1]]) for i in range(len(self))))
-        firsts = array("q", map(self._seg.__getitem__, islice(starts, len(self))))
-        if 0 in map(lens.__getitem__, islice(starts, len(self))):  # a prompt led by an empty segment
-            firsts = array("q", (_first(self._row(i)) for i in range(len(self))))
+        n = len(self)
+        if all(a < b for a, b in zip(starts, islice(starts, 1, None))) and 0 not in map(lens.__getitem__,
+                                                                                        islice(starts, n)):
+            firsts = array("q", map(self._seg.__getitem__, islice(starts, n)))
+        else:  # a prompt led by an empty segment, or without any (refused by the simulator: checked_columns)
+            firsts = array("q", (_first(self._row(i)) for i in range(n)))
         return Columns(prompt=prompt, output=self._out_len, arrival_ps=self._arrival, arrival_step=None,
                        first=firsts)
 

@@ -8,7 +8,7 @@ books, takes the lowest score (ties: the first in a scan whose start rotates by 
 that engine's waiting count until the next publication. The score is a release's rule (RouterRules, carried by the
 release's scheduler rules: kvplan.core.engines.vllm.scheduler_rules).
 
-How the simulation runs it: each rank is the exact v1 loop (kvplan.core.sim.v1.scheduler.rank_sim), driven in
+How the simulation runs it: each rank is the exact v1 loop (rank_sim), driven in
 time order. Before each arrival, and at each 100 ms publication before it, every rank is run up to that time and
 reports its queues, free blocks and finished requests (scheduler.View); the request is sent to the rank the rule
 picks. Once every request is sent, each rank's own run over the requests it was sent gives its result (the same
@@ -31,9 +31,9 @@ from kvplan.core.sim.v1.inputs import V1Inputs, V1Request
 from kvplan.core.sim.v1.outcome import latency
 from kvplan.core.sim.v1.result import TierStats, V1Result
 from kvplan.core.sim.v1.ranks import View
-from kvplan.core.sim.v1.scheduler import rank_sim, simulate_v1
+from kvplan.core.sim.v1.scheduler import _Sim, simulate_v1
 from kvplan.core.sim.v1.setup import checked_columns
-from kvplan.core.sim.v1.tables import RequestRecords, RequestTable
+from kvplan.core.sim.v1.tables import Columns, RequestRecords, RequestTable
 from kvplan.errors import InputError
 
 MAX_RANKS = 512
@@ -48,6 +48,16 @@ class DPResult:
     rows: tuple[tuple[int, ...], ...]
     merged: V1Result
 
+
+
+def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
+    """One data-parallel rank's scheduler for a router to drive: ``routed`` holds the rows of ``inputs.requests``
+    sent to it so far, in arrival order, and grows as the router sends more; ``steps()`` runs it until it needs to
+    know what arrives next. ``columns``: the requests' (checked_columns), read once for all ranks."""
+    sim = _Sim(inputs, False, routed=routed, columns=columns)
+    sim.per_step = False
+    sim.open = True
+    return sim
 
 def simulate_dp(inputs: V1Inputs, size: int, rules: RouterRules, *, moe: bool = False, servers: int | None = None,
                 per_step: bool = False, timeline_points: int = 0) -> DPResult:

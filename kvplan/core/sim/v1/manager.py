@@ -29,20 +29,12 @@ from math import lcm
 
 from kvplan.core.engines.vllm.scheduler_rules import FreeOrder, WindowCap
 from kvplan.core.sim.v1.hashing import DEAD
+from kvplan.core.sim.v1.hits import SpecGroup, longest_hit, spec_groups
 from kvplan.core.sim.v1.inputs import CHUNKED, FULL, MAMBA, SLIDING, CacheLayout, SchedulerConfig
 from kvplan.core.sim.v1.pool import BlockPool
 from kvplan.core.sim.v1.shares import Books
 from kvplan.core.sim.v1.state import ReqState
 from kvplan.errors import InputError
-
-
-class SpecGroup:
-    """Groups of one spec, looked up together (HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
-
-    __slots__ = ("block_size", "ids", "kind", "window")
-
-    def __init__(self, kind: int, block_size: int, window: int, ids: list[int]) -> None:
-        self.kind, self.block_size, self.window, self.ids = kind, block_size, window, ids
 
 
 class KVCacheManager:
@@ -83,12 +75,7 @@ class KVCacheManager:
                 raise InputError(f"prefix caching with groups of different block sizes {sorted(set(self.sizes))} "
                                  "(partial-block hashes) is not modelled")
             self.hash_block = self.sizes[0]
-            by_spec: dict[tuple[int, int, int], list[int]] = {}
-            for gi, g in enumerate(layout.groups):
-                by_spec.setdefault((g.kind, g.block_size, g.window), []).append(gi)
-            specs = [SpecGroup(k, b, w, ids) for (k, b, w), ids in by_spec.items()]
-            specs.sort(key=lambda s: s.kind != FULL)  # full attention first (stable)
-            self.spec_groups = specs
+            self.spec_groups = spec_groups(layout)
         # One full-attention group: a private request's blocks (kvplan.core.sim.v1.hashing.PrivateKeys) are filed
         # when it frees them, not as they fill (``_file_deferred``): only it can hit them, and only once preempted.
         # The scheduler turns this off where a CPU tier reads the keys.
@@ -130,98 +117,8 @@ class KVCacheManager:
             return None, 0
         if r.private and r.num_preemptions == 0:  # nothing filed under its keys yet (one full-attention group:
             return [[]], 0  # a chunked group's nulls before the current chunk would count as a hit)
-        max_len = r.num_tokens - 1
-        keys = r.hasher.keys
-        ng = len(self.groups)
-        hits: list[list[int] | None] = [None] * ng
-        lens = [0] * ng
-        if len(self.spec_groups) == 1:  # UnitaryKVCacheCoordinator, or groups of one spec
-            sg = self.spec_groups[0]
-            blocks, hit = self._find(sg, keys, max_len)
-            for gi, bl in zip(sg.ids, blocks):
-                hits[gi] = bl
-            return hits, hit  # type: ignore[return-value]
-        hit_len = max_len
-        simple = len(self.spec_groups) == 2 and self.spec_groups[0].kind == FULL
-        while True:
-            curr = hit_len
-            for sg in self.spec_groups:
-                first = sg.ids[0]
-                if sg.kind == FULL and hits[first] is not None:
-                    curr = min(curr, lens[first])
-                    continue
-                blocks, curr = self._find(sg, keys, curr)
-                for gi, bl in zip(sg.ids, blocks):
-                    hits[gi], lens[gi] = bl, curr
-            if curr >= hit_len:
-                break
-            hit_len = curr
-            if simple:
-                break
-        for sg in self.spec_groups:
-            if sg.kind == FULL:
-                keep = -(-hit_len // sg.block_size)
-                for gi in sg.ids:
-                    del hits[gi][keep:]  # type: ignore[index]
-        return [h if h is not None else [] for h in hits], hit_len
-
-    def _find(self, sg: SpecGroup, keys: list[int], max_len: int) -> tuple[list[list[int]], int]:
-        """find_longest_cache_hit of one spec's manager; blocks per group of the spec, hit tokens."""
-        lookup = self.pool.lookup
-        ids, b = sg.ids, sg.block_size
-        max_blocks = max_len // b
-        out: list[list[int]] = [[] for _ in ids]
-        if sg.kind == FULL and len(ids) == 1:  # the common case, without a list a block
-            cache, o = self.pool.caches[ids[0]], out[0]
-            for j in range(min(max_blocks, len(keys))):
-                held = cache.get(keys[j])
-                if held is None:
-                    break
-                o.append(held if held.__class__ is int else held[0])  # type: ignore[index]
-            return out, len(o) * b
-        if sg.kind == FULL:
-            self._extend_hits(out, ids, keys, 0, min(max_blocks, len(keys)))
-            return out, len(out[0]) * b
-        if sg.kind == SLIDING:
-            need = -(-(sg.window - 1) // b)
-            out = [[0] * max_blocks for _ in ids]
-            run = 0
-            found = False
-            for i in range(max_blocks - 1, -1, -1):
-                k = keys[i]
-                got = [lookup(gi, k) for gi in ids]
-                if None in got:
-                    run = 0
-                    continue
-                for o, blk in zip(out, got):
-                    o[i] = blk  # type: ignore[call-overload]
-                run += 1
-                if run >= need:
-                    for o in out:
-                        del o[i + run:]
-                    found = True
-                    break
-            if not found:
-                for o in out:
-                    del o[run:]
-            return out, len(out[0]) * b
-        # chunked local attention: every block before the current chunk is computed (null)
-        start = (max_len // sg.window * sg.window) // b if max_len > 0 else 0
-        out = [[0] * start for _ in ids]
-        self._extend_hits(out, ids, keys, start, min(max_blocks, len(keys)))
-        return out, len(out[0]) * b
-
-    def _extend_hits(self, out: list[list[int]], ids: list[int], keys: list[int], start: int, stop: int) -> None:
-        """Append to each group's list the blocks cached under keys[start:stop], up to the first key some group
-        of the spec misses (a hit must hold in every group: full and chunked-local managers)."""
-        lookup = self.pool.lookup
-        for j in range(start, stop):
-            k = keys[j]
-            got = [lookup(gi, k) for gi in ids]
-            if None in got:
-                break
-            for o, blk in zip(out, got):
-                o.append(blk)  # type: ignore[arg-type]
+        return longest_hit(self.pool, self.spec_groups, len(self.groups), r.hasher.keys,  # type: ignore[union-attr]
+                           r.num_tokens - 1)
 
     # -- allocation ------------------------------------------------------------------------------------
     def _to_allocate(self, r: ReqState, n: int, hits: list[list[int]] | None, total: int, cap: bool) -> int:

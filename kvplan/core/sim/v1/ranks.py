@@ -1,5 +1,5 @@
 """What a data-parallel rank driven by a router (kvplan.core.sim.v1.dp) hands back: its view when it yields, and its
-finished requests as it goes (kvplan.core.sim.v1.scheduler.rank_sim)."""
+finished requests as it goes (kvplan.core.sim.v1.dp.rank_sim)."""
 
 from __future__ import annotations
 

@@ -61,16 +61,6 @@ def simulate_v1(inputs: V1Inputs, *, check_invariants: bool = False, fast_path: 
     return sim.run()
 
 
-def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
-    """One data-parallel rank's scheduler for a router to drive (kvplan.core.sim.v1.dp): ``routed`` holds the rows of
-    ``inputs.requests`` sent to it so far, in arrival order, and grows as the router sends more; ``steps()`` runs it
-    until it needs to know what arrives next. ``columns``: the requests' (checked_columns), read once for all ranks."""
-    sim = _Sim(inputs, False, routed=routed, columns=columns)
-    sim.per_step = False
-    sim.open = True
-    return sim
-
-
 class _Sim:
     def __init__(self, inputs: V1Inputs, check: bool, *, routed: list[int] | None = None,
                  columns: Columns | None = None) -> None:
@@ -95,7 +85,7 @@ class _Sim:
         self.pending = Pending(cols.arrival_order() if routed is None else routed, self._state)
         # a routed rank keeps no records (its result is its own run's): only the rows as they finish
         self.records = RequestRecords(requests, timed=inputs.step_model is not None) if routed is None else FinishedLog()
-        # driven by a router (rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
+        # driven by a router (dp.rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
         # or later; the loop yields its view (View) before a step whose check would see that far
         self.open, self.horizon, self.routed = False, 0, routed is not None  # (dp.route: the requests are timed)
         self.finished: list[int] = self.records.log if routed is not None else []  # (its router's books)
@@ -122,7 +112,7 @@ class _Sim:
         loop = self.steps()
         try:
             while True:
-                next(loop)  # a router drives a rank's loop (rank_sim); alone it never yields
+                next(loop)  # a router drives a rank's loop (dp.rank_sim); alone it never yields
         except StopIteration as done:
             return done.value
 

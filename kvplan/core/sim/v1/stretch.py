@@ -101,7 +101,7 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
     k0, clock0, kv0 = 0, clock, kv
     n_pending = len(pending)
     arrival = None if nxt == n_pending else pending[nxt].due
-    # a data-parallel rank (scheduler.rank_sim): nothing is known past the router's horizon, which ends the stretch
+    # a data-parallel rank (dp.rank_sim): nothing is known past the router's horizon, which ends the stretch
     # where an arrival would be seen (a barrier, not an arrival)
     routed, horizon = q.sim.open, q.sim.horizon
     if arrival is None and routed:

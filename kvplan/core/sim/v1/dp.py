@@ -49,7 +49,6 @@ class DPResult:
     merged: V1Result
 
 
-
 def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
     """One data-parallel rank's scheduler for a router to drive: ``routed`` holds the rows of ``inputs.requests``
     sent to it so far, in arrival order, and grows as the router sends more; ``steps()`` runs it until it needs to
@@ -58,6 +57,7 @@ def rank_sim(inputs: V1Inputs, routed: list[int], columns: Columns) -> _Sim:
     sim.per_step = False
     sim.open = True
     return sim
+
 
 def simulate_dp(inputs: V1Inputs, size: int, rules: RouterRules, *, moe: bool = False, servers: int | None = None,
                 per_step: bool = False, timeline_points: int = 0) -> DPResult:

@@ -6,9 +6,9 @@ share a block's hash exactly when their tokens are equal from the first token th
 The request sets give tokens as segments whose i-th token is a function of (segment id, i) only, so a
 block's tokens are identified by the pieces of segments it covers: (segment id, offset) for a block
 inside one segment, (id, offset, length, ...) for a block across a boundary. The key of block j is
-the hash of (key of block j - 1, those pieces), its sign bit cleared: per block, never per token. Python's hash of a tuple
-of ints is deterministic (PYTHONHASHSEED randomises only str/bytes); a 64-bit collision is as unlikely
-as one of vLLM's own hashes.
+the hash of (key of block j - 1, those pieces), its sign bit cleared: per block, never per token.
+Python's hash of a tuple of ints is deterministic (PYTHONHASHSEED randomises only str/bytes); a 63-bit
+collision is as unlikely as one of vLLM's own hashes.
 
 A request whose first segment no other request starts with shares no block with any other request: every block's
 tokens from the first token on begin with that segment. Its keys need not be hashed: ``PrivateKeys`` numbers its

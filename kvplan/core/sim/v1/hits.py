@@ -117,6 +117,7 @@ def _find(pool: BlockPool, sg: SpecGroup, keys: Sequence[int], max_len: int) -> 
     _extend_hits(pool, out, ids, keys, start, min(max_blocks, len(keys)))
     return out, len(out[0]) * b
 
+
 def _extend_hits(pool: BlockPool, out: list[list[int]], ids: list[int], keys: Sequence[int], start: int,
                  stop: int) -> None:
     """Append to each group's list the blocks cached under keys[start:stop], up to the first key some group

@@ -6,13 +6,11 @@ Sources, vllm/v1/core/:
   the watermark (waiting requests only, when something runs), adopting prefix-hit blocks, new blocks,
   caching the full blocks up to min(computed + new, num_tokens); ``get_computed_blocks``: hits stop at
   num_tokens - 1 (the last token is always recomputed).
-- kv_cache_coordinator.py: Unitary / Hybrid ``find_longest_cache_hit`` (full attention first, groups of one
-  spec looked up together, the fixed point over kinds), ``free`` group by group.
+- kv_cache_coordinator.py: ``free`` group by group (``find_longest_cache_hit``: hits.py).
 - single_type_kv_cache_manager.py: ``get_num_blocks_to_allocate`` (a running request needs cdiv(n, B) - held;
   a new one needs the blocks past max(skipped, hit) plus the evictable hit blocks), ``remove_skipped_blocks``
   (freed back to front until a null block), ``get_num_skipped_tokens`` per kind (sliding: n - W + 1,
-  chunked local: n // C * C), ``find_longest_cache_hit`` per kind (full: left to right; sliding: right to
-  left for cdiv(W - 1, B) contiguous blocks; chunked: nulls before the current chunk), ``free`` (tail first).
+  chunked local: n // C * C), ``free`` (tail first); ``find_longest_cache_hit`` per kind is in hits.py.
   Mamba with mamba_cache_mode "none" holds 1 + speculative blocks a request (block_size = max_model_len).
 Sync scheduling: no tokens are in flight when a step is scheduled, so blocks are freed on the computed count.
 Earlier releases (SchedulerConfig.rules, kvplan.core.engines.vllm.scheduler_rules): no admission gate before

@@ -10,9 +10,11 @@ vllm/v1/core/block_pool.py (0.33.0), class BlockPool, and kv_cache_utils.py::Fre
 So every unhashed free block sits ahead of every hashed one: the queue is modelled as a deque of
 unhashed blocks followed by a deque of hashed ones, which gives the same blocks in the same order with O(1)
 operations; a hashed block taken out of the middle (a hit) stays in its deque as a stale copy, counted in
-``stale`` and skipped when the front reaches it (every copy of a block but its newest is stale). Before 0.24.0 (SchedulerRules.free_order) freed blocks were
-appended whether hashed or not (``free(..., unhashed_first=False)``): they go to the second deque, behind the
-deque of blocks never used or prepended, and a block taken from the dict loses its hash only if it has one.
+``stale`` and skipped when the front reaches it (a block's copies are stale but its newest while it is free,
+all of them while it is held); once the stale copies outnumber the blocks the deque is rebuilt without them.
+Before 0.24.0 (SchedulerRules.free_order) freed blocks were appended whether hashed or not
+(``free(..., unhashed_first=False)``): they go to the second deque, behind the deque of blocks never used or
+prepended, and a block taken from it loses its hash only if it has one.
 - a finished private request's filed blocks (KVCacheManager._file_deferred) are hashed under DEAD, in no map;
 - the cache map keeps every block cached under a hash; ``get_one_block`` returns the first inserted
   (BlockHashToBlockMap: a hash may map to several blocks, duplicates are not merged).

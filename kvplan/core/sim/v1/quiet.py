@@ -65,7 +65,8 @@ class Quiet:
     def _admits_none(self, running: list[ReqState], waiting) -> bool:
         """Whether no waiting request can be admitted at any step of a stretch starting here: max_num_seqs run,
         or (prefix caching off, or a private head: KVCacheManager.admission_short) the head of the queue is short of
-        blocks now, and blocks only get fewer while nothing finishes. A request that arrives then queues behind the head: it cannot be admitted either."""
+        blocks now, and blocks only get fewer while nothing finishes. A request that arrives then queues behind the
+        head: it cannot be admitted either."""
         n = len(running)
         if n >= self.max_seqs:
             return True

@@ -85,7 +85,7 @@ class _Sim:
         self.pending = Pending(cols.arrival_order() if routed is None else routed, self._state)
         # a routed rank keeps no records (its result is its own run's): only the rows as they finish
         self.records = RequestRecords(requests, timed=inputs.step_model is not None) if routed is None else FinishedLog()
-        # driven by a router (dp.rank_sim): more requests may still be sent (``open``), each arriving at ``horizon`` (ps)
+        # driven by a router (dp.rank_sim): more requests may still be sent (``open``), each arriving at ``horizon``
         # or later; the loop yields its view (View) before a step whose check would see that far
         self.open, self.horizon, self.routed = False, 0, routed is not None  # (dp.route: the requests are timed)
         self.finished: list[int] = self.records.log if routed is not None else []  # (its router's books)

@@ -54,7 +54,7 @@ class ReqState:
         self.prompt_len = prompt_len
         self.num_tokens = prompt_len
         self.max_tokens = max_tokens
-        self.final = prompt_len + max_tokens - 1  # its last computed token's count (_Sim._state caps it at max_model_len)
+        self.final = prompt_len + max_tokens - 1  # its last computed token's count (_Sim._state: max_model_len at most)
         self.generated = 0
         self.num_computed = 0
         self.blocks: list[list[int]] = [[] for _ in range(num_groups)]

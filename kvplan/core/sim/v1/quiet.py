@@ -135,7 +135,7 @@ class Quiet:
                 return min(kcap, start)
             wheel[ja % B].append(i)  # i is the newest: the list stays in running order
             phase[i] = ja % B
-        if self.caching and not r.private:  # (a private request's filings: ``filed``, where they are read)
+        if self.caching and not r.private:  # (a private request's: caught up where they are read, stretch.py)
             jc = max(start, (r.ncached[0] + 1) * hb - nt0)
             if jc < lim:  # a crossing files the blocks too (grow): a step that is both is filed once
                 jf = ((nt0 + jc) // hb + 1) * hb - nt0

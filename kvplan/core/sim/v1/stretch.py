@@ -64,16 +64,6 @@ def arrives(k: int, hi: int, arrival: int | None, timed: bool, s: int, lag: int,
     return min(j + lag + k0, hi)
 
 
-def filed(r, end: int, known: int) -> None:  # type: ignore[no-untyped-def]
-    """A private request's filed blocks after the stretch's steps so far (its filings are not events: Quiet.plan):
-    every step's schedule() files min(computed, known) // block_size blocks, the last step's the most (``end``:
-    its computed tokens after that step, ``known`` its known tokens then)."""
-    if r.private:
-        full = (end if end < known else known) // r.hasher.h
-        if full > r.ncached[0]:
-            r.ncached[0] = full
-
-
 class Stretch:
     """What a stretch did: its steps, where the clock and the batch in flight are after it, and the sums the
     loop keeps over counted steps."""
@@ -295,7 +285,9 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                         for i, r in enumerate(running):
                             if r.finish_step < 0 and i < len(c0s):
                                 r.num_computed, r.num_tokens = c0s[i] + k - (async_ and i in stopping), nt0s[i] + k - 1
-                                filed(r, c0s[i] + k, nt0s[i] + k - 1)
+                                if r.private:  # its filings are not events (Quiet.plan): the last step's, now
+                                    r.hasher.extend(nt0s[i] + k - 1)
+                                    mgr.cache_blocks(r, min(c0s[i] + k, nt0s[i] + k - 1))
                         check([r for r in running if r.finish_step < 0], waiting, held_c, budget0 - total,
                               split(books, 1, nf, entries, held_c, internal, ext_now))
                     at, end_clock = (s + k - 2, launched) if async_ else (s + k - 1, clock)
@@ -306,7 +298,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
                         r.generated = g0s[i] + k
                         if caching and nt >= (r.hasher.n + 1) * hb:
                             r.hasher.extend(nt)
-                        filed(r, c0s[i] + k, nt - 1)
+                        if r.private:  # its filings are not events (Quiet.plan): the last step's, now
+                            mgr.cache_blocks(r, min(c0s[i] + k, nt - 1))
                         if async_:
                             r.in_flight = r.placeholders = 0
                             if caching and min(r.num_computed, nt) >= (r.ncached[0] + 1) * hb:
@@ -477,7 +470,8 @@ def advance(q, running, waiting, pending, nxt: int, batch, s: int, clock: int, l
         r.num_computed, r.num_tokens, r.generated = c0s[i] + k, nt0s[i] + k, g0s[i] + k
         if caching and r.num_tokens >= (r.hasher.n + 1) * hb:
             r.hasher.extend(r.num_tokens)
-        filed(r, c0s[i] + k, nt0s[i] + k - 1)
+        if r.private:  # its filings are not events (Quiet.plan): the last step's (min(computed, known)), now
+            mgr.cache_blocks(r, min(c0s[i] + k, nt0s[i] + k - 1))
     out.steps, out.clock, out.launched, out.held_c, out.tl_every = k, clock, launched, held_c, tl_every
     out.nxt = nxt
     out.peak_usage, out.peak_waiting = peak_pm, peak_w

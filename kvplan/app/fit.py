@@ -106,7 +106,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               max_num_batched_tokens: int | None = None, memory: Memory = Memory(), enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, disable_hybrid_kv_cache_manager: bool = False,
               mamba_cache_mode: str = "none", num_speculative_tokens: int = 0, attention_backend: str | None = None,
-              concurrency: int | None = None, async_scheduling: bool | None = None,
+              moe_backend: str = "auto", concurrency: int | None = None, async_scheduling: bool | None = None,
               mm_limits: dict[str, int] | None = None, speculative: SpeculativeSettings | None = None,
               lora: LoRAFlags | None = None, sglang_speculative: SGLangFlags | None = None,
               fetch: bool | None = None, revision: str | None = None) -> FitReport:
@@ -141,7 +141,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         cuda_graph_memory=memory.cuda_graph, enforce_eager=enforce_eager, concurrency=concurrency,
         gpu_memory_per_rank=per_rank, num_gpu_blocks_override=num_gpu_blocks_override,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, mamba_cache_mode=mamba_cache_mode,
-        num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend,
+        num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend, moe_backend=moe_backend,
         auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
         async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())),
         drafter=ext.drafter, lora=ext.lora, sglang_spec=ext.sglang_spec,

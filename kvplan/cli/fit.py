@@ -104,6 +104,9 @@ LoraTargetsOpt = Annotated[Optional[str], typer.Option("--lora-target-modules", 
 AttentionBackendOpt = Annotated[Optional[str], typer.Option("--attention-backend", help=(
     "vLLM MLA backend, which sets the block size: FLASHMLA 64 (default), FLASHMLA_SPARSE 64, CUTLASS_MLA 128, "
     "FLASHINFER_MLA 32 or 64, TRITON_MLA."))]
+MoeBackendOpt = Annotated[str, typer.Option("--moe-backend", help=(
+    "vLLM: auto (default), or deep_gemm_mega_moe (DeepSeek-V4 with --enable-expert-parallel: DeepGEMM MegaMoE, "
+    "whose buffer is counted as non-torch memory)."))]
 AsyncSchedulingOpt = Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling", help=(
     "vLLM: schedule the next batch while one runs (default: the release's: on from 0.14); from 0.26 it sizes "
     "sliding-window and chunked layers by the batches in flight."))]
@@ -161,6 +164,7 @@ def fit_cmd(
     max_lora_rank: MaxLoraRankOpt = None,
     lora_target_modules: LoraTargetsOpt = None,
     attention_backend: AttentionBackendOpt = None,
+    moe_backend: MoeBackendOpt = "auto",
     concurrency: ConcurrencyOpt = None,
     async_scheduling: AsyncSchedulingOpt = None,
     limit_mm_per_prompt: MmLimitOpt = None,
@@ -179,7 +183,7 @@ def fit_cmd(
         max_num_batched_tokens=max_num_batched_tokens, memory=memory, enforce_eager=enforce_eager,
         num_gpu_blocks_override=num_gpu_blocks_override, disable_hybrid_kv_cache_manager=disable_hybrid,
         mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-        attention_backend=attention_backend, concurrency=concurrency, async_scheduling=async_scheduling,
+        attention_backend=attention_backend, moe_backend=moe_backend, concurrency=concurrency, async_scheduling=async_scheduling,
         mm_limits=parse_mm_limits(limit_mm_per_prompt), speculative=parse_speculative_config(speculative_config),
         lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules),
         sglang_speculative=_sglang_flags(speculative_algorithm, speculative_num_steps, speculative_eagle_topk,

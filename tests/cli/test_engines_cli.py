@@ -28,7 +28,7 @@ def test_vllm_0_11_did_not_charge_cuda_graphs_and_the_deployment_fits():
     assert old["fits"] and old["engine_version"] == "0.11.0"
     assert old["kv_cache_memory_bytes"] / GiB == pytest.approx(4.45, abs=0.01)
     new = run(*QWEN, "--engine", "vllm==0.33.0", code=1)
-    assert not new["fits"] and new["engine_version"] == "0.31.0"
+    assert not new["fits"] and new["engine_version"] == "0.32.0"
     eager = {w["change"]: w for w in new["what_if"]}["--enforce-eager"]
     assert eager["fits"] and eager["kv_cache_memory_bytes"] == old["kv_cache_memory_bytes"]
 
@@ -77,7 +77,7 @@ def test_engines_lists_every_profile_with_its_changes():
     data = run("engines", "--json")["engines"]
     assert set(data) == {"vllm", "sglang", "trtllm", "hf"}
     versions = [p["version"] for p in data["vllm"]["profiles"]]
-    assert versions[0] == "0.6.2" and "0.20.0" in versions and versions[-1] == "0.31.0"
+    assert versions[0] == "0.6.2" and "0.20.0" in versions and versions[-1] == "0.32.0"
     assert data["vllm"]["checked_through"] == "0.33.0"
     assert all(p["changes"] and p["rules"] for p in data["vllm"]["profiles"])
     one = run("engines", "sglang", "--json")["engines"]

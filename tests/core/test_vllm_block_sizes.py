@@ -85,7 +85,7 @@ def profile_allows(release: str, size: int) -> bool:
 
 
 @pytest.mark.parametrize("release,size,message", [
-    ("0.33.0", 8, "vLLM 0.31.0 and later does not start with --block-size 8 on CUDA: it needs a multiple of 16 "
+    ("0.33.0", 8, "vLLM 0.32.0 and later does not start with --block-size 8 on CUDA: it needs a multiple of 16 "
                   "(0.18.0: vllm/platforms/cuda.py::CudaPlatformBase.get_attn_backend_cls"),
     ("0.33.0", 1, "use 16, 32, 48, 64 or another multiple of 16"),
     ("0.6.2", 64, "has no --block-size 64: it takes 8, 16, 32 (0.6.2: vllm/engine/arg_utils.py::"

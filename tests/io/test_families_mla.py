@@ -318,7 +318,7 @@ def test_size_and_fit_work_on_each_new_model(name):
 def test_fit_deepseek_v4_pro_on_eight_h200s_at_one_million_tokens():
     fit = _json("fit", "deepseek-v4-pro", "--gpu", "h200", "-tp", "8", "--max-model-len", "1048576")
     assert fit["fits"] is True and fit["block_size"] == 256
-    assert any("FP4" in n for n in fit["notes"]) and any("estimate of vLLM" in n for n in fit["notes"])
+    assert any("FP4" in n for n in fit["notes"]) and any("packs 5 cache groups" in n for n in fit["notes"])
 
 
 def test_show_prints_the_indexer_and_the_compressed_layers():
@@ -337,14 +337,24 @@ def test_models_lists_the_new_families():
     assert {"deepseek-v3.2", "glm-5.1", "kimi-k2.5", "longcat-flash", "deepseek-v4-pro"} <= names
 
 
-def test_deepseek_v4_vllm_fit_layout_by_hand():
-    """fit's estimate of vLLM's pool for V4-Pro: a block is 256 tokens of every layer's entries and indexer keys,
-    31 x 1,728 (HCA) + 30 x (37,440 + 8,640) (CSA) = 1,435,968 B. Each request is also charged its bounded caches
-    at their largest while decoding (641 tokens: every window straddles a block): CSA 3 x 37,440 + 3 x 32,832 +
-    3 x 8,640 = 236,736 B; HCA 3 x 37,440 + 17 x 32,832 = 670,464 B (window 128 in 8-token blocks: 81 - 64);
-    30 x 236,736 + 31 x 670,464 = 27,886,464 B = 19.4 -> 20 blocks."""
+def test_deepseek_v4_vllm_pool_by_hand():
+    """vLLM 0.25.0's pool for V4-Pro (docs/research/deepseek-v4-vllm.md): layer tuples approximate_gcd([31 HCA
+    entries, 61 windows, 31 HCA states, 30 CSA states], at least 31) = 31; the windows split 31 + 30; state pages
+    padded to 37,440. Groups: entries and keys 31 x 1,728 + 30 x (37,440 + 8,640) = 1,435,968; windows 31 x 37,440
+    and 30 x 37,440; HCA states 31 x 37,440; CSA states 30 x (37,440 + 8,640). A block: 31 x 37,440 + 31 x 1,728 +
+    30 x 8,640 = 1,473,408 B. One request of 2**20 tokens at 8,192 tokens a step: 4,096 entry pages; windows
+    cdiv(127 + 8192, 64) + 1 = 131; HCA states cdiv(127 + 8192, 8) + 1 = 1,041; CSA states cdiv(7 + 8192, 4) + 1 =
+    2,051; logged, each weighed by its group's page over 1,435,968."""
     from kvplan.core.engines.vllm.plan import v4_layout
+    from kvplan.core.profiles import parse_engine
 
-    layout = v4_layout(list(load_model("deepseek-v4-pro").layers))  # type: ignore[arg-type]
-    assert layout.page_bytes == 1_435_968 and layout.buckets[0].extra_blocks == 20
-    assert layout.blocks_per_request(1 << 20, 8192) == (1 << 20) // 256 + 20
+    rules = parse_engine("vllm==0.25.0").profile.rules
+    layout = v4_layout(list(load_model("deepseek-v4-pro").layers), rules, 256)  # type: ignore[arg-type]
+    pages = sorted((b.num_layers, b.group_page_bytes) for b in layout.buckets)
+    assert pages == sorted([(91, 1_435_968), (31, 31 * 37_440), (30, 30 * 37_440), (31, 31 * 37_440),
+                            (60, 30 * (37_440 + 8_640))])
+    assert layout.pool_block_bytes == 31 * 37_440 + 31 * 1_728 + 30 * 8_640 == 1_473_408
+    weighed = (4096 * 1_435_968 + 131 * 31 * 37_440 + 131 * 30 * 37_440 + 1041 * 31 * 37_440
+               + 2051 * 30 * (37_440 + 8_640))
+    assert layout.blocks_per_request(1 << 20, 8192) == -(-weighed // 1_435_968)
+    assert layout.blocks_admitted(1 << 20, 8192) == 4096 + 131 + 131 + 1041 + 2051

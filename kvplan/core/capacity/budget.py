@@ -131,6 +131,10 @@ class EngineBudget:
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         return estimates.non_torch_bytes(req.tp, req.pp)
 
+    def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:
+        """Buffers the engine allocates with the weights (in what it logs as the model's load), on every GPU."""
+        return 0
+
     def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
         """Estimated CUDA-graph memory (0: the engine's budget does not count it)."""
         return 0
@@ -207,6 +211,7 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
     cuda_graph = given_or_estimate(req.cuda_graph_memory, "cuda_graph", estimated,
                                    partial(budget.cuda_graph, req, setup))
     peaks: dict[tuple[bool, bool], int] = {}
+    buffers = 0 if req.weights_memory is not None else budget.loaded_buffers(req, setup)
 
     def activation(first: bool, last: bool) -> int:
         if (first, last) not in peaks:
@@ -220,7 +225,7 @@ def _stage_budgets(req: FitRequest, budget: EngineBudget, start: _Start, estimat
         # --weights-memory holds them already (gpu_model_runner.py::load_model, 0.11.0 and 0.33.0)
         loaded = req.weights_memory is not None and budget.engine == "vllm"
         c = Components(
-            weights=_stage_weights(req, budget, start.weights, s) + (0 if loaded else adapters.base_growth),
+            weights=_stage_weights(req, budget, start.weights, s) + buffers + (0 if loaded else adapters.base_growth),
             draft=draft_weight_bytes(req, start.weights) if last and not loaded else 0,
             lora=0 if loaded else adapters.buffers,
             activation=activation(s == 0, last),

@@ -73,6 +73,9 @@ class FitRequest:
     # vLLM attention backend (FLASHMLA, FLASHMLA_SPARSE, CUTLASS_MLA, FLASHINFER_MLA, ...): picks the
     # block size of MLA models; None: the release's default (FlashMLA's 64 from 0.9.0).
     attention_backend: str | None = None
+    # vLLM --moe-backend: "auto", or deep_gemm_mega_moe (DeepSeek-V4 with expert parallelism: DeepGEMM's MegaMoE,
+    # whose symmetric buffer is non-torch memory: kvplan.core.engines.vllm.deepseek_v4)
+    moe_backend: str = "auto"
     auto_fit_max_model_len: bool = False  # vLLM max_model_len = -1: the longest that fits (from 0.14.0)
     # The engine's variable for a max_model_len longer than the model's will be set where it runs
     # (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...: kvplan.core.capacity.context).

@@ -36,12 +36,14 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
     max_concurrency,
     plan_stages,
     plan_vllm,
+    check_v4_kv_dtype,
     resolve_block_size,
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
 from kvplan.core.engines.vllm.activation import (ACTIVATION_BAND_MEASURED, ACTIVATION_BAND_UNMEASURED, Sampler,
                                                 encoder_items, profile_run)
+from kvplan.core.engines.vllm import deepseek_v4
 from kvplan.core.engines.vllm.dcp import check_dcp
 from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
@@ -212,9 +214,17 @@ class VLLMBudget(EngineBudget):
             raise InputError(f"vLLM {profile.version} does not load bitsandbytes checkpoints ({req.spec.name}): 0.28.0 "
                              "removed the method; plan with --engine vllm==0.27.0, or serve a GPTQ, AWQ or "
                              "compressed-tensors checkpoint")
+        v4 = req.spec.has_layer(CompressedLayer)
+        if req.moe_backend not in deepseek_v4.MOE_BACKENDS:
+            raise InputError(f"--moe-backend {req.moe_backend!r}: kvplan models {', '.join(deepseek_v4.MOE_BACKENDS)} "
+                             "(other backends: leave it at auto)")
+        if req.moe_backend == deepseek_v4.MEGA_MOE_BACKEND and not (v4 and req.expert_parallel):
+            raise InputError("--moe-backend deep_gemm_mega_moe runs DeepSeek-V4's routed experts with expert "
+                             "parallelism only (DeepseekV4MoE): add --enable-expert-parallel, or leave it at auto")
         block_size = resolve_block_size(rules, req.block_size, req.attention_backend,
-                                        has_mla=req.spec.has_layer(MLALayer), sparse=req.spec.sparse_mla)
-        kv_dtype = resolve_kv_dtype(req.spec, req.kv_dtype)
+                                        has_mla=req.spec.has_layer(MLALayer), sparse=req.spec.sparse_mla, v4=v4)
+        check_v4_kv_dtype(rules, req.spec.layers, req.kv_dtype, profile.version)
+        kv_dtype = resolve_kv_dtype(req.spec, "fp8" if v4 else req.kv_dtype)  # V4: fp8_ds_mla rows whatever is given
         check_layout_dtype(rules, kv_dtype, profile.version)
         mnbt = req.max_num_batched_tokens or batch_defaults(rules, req.gpu, max_model_len)[0]
         max_num_seqs = req.max_num_seqs or default_seqs(rules, req.gpu, max_model_len, mnbt)
@@ -256,7 +266,10 @@ class VLLMBudget(EngineBudget):
             return estimates.activation_peak_bytes(
                 req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
                 act_bytes=_act_bytes(req), last_stage=last_stage, sampler_run=False)
-        return profile_run(req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
+        workspace = (deepseek_v4.indexer_workspace(req.spec, max_model_len=setup.max_model_len,
+                                                   max_num_batched_tokens=v.max_num_batched_tokens)
+                     if deepseek_v4.is_v4(req.spec) else 0)
+        return workspace + profile_run(req.spec, tokens=v.max_num_batched_tokens, max_num_seqs=v.max_num_seqs, tp=req.tp,
                            act_bytes=_act_bytes(req), gpu=req.gpu, sampler=v.rules.sampler,
                            moe_workspace=v.rules.moe_workspace, monolithic_moe=_mxfp4_experts(req),
                            first_stage=first_stage, last_stage=last_stage,
@@ -267,7 +280,19 @@ class VLLMBudget(EngineBudget):
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine
         nvswitch = v.rules.v1 and req.gpu.nvswitch_hopper_class
-        return estimates.non_torch_bytes(req.tp, req.pp, nvswitch_all_reduce=nvswitch, v1=v.rules.v1)
+        out = estimates.non_torch_bytes(req.tp, req.pp, nvswitch_all_reduce=nvswitch, v1=v.rules.v1)
+        moe = req.spec.arch.moe if req.spec.arch is not None else None
+        if req.moe_backend == deepseek_v4.MEGA_MOE_BACKEND and moe is not None:
+            out += deepseek_v4.mega_moe_buffer(ranks=req.tp * req.dp, experts=moe.num_experts,
+                                               tokens=v.max_num_batched_tokens, topk=moe.experts_per_token,
+                                               hidden=req.spec.hidden_size, inter=moe.expert_intermediate)
+        return out
+
+    def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:
+        v: _Settings = setup.engine
+        if not deepseek_v4.is_v4(req.spec):
+            return 0
+        return deepseek_v4.loaded_buffers(req.spec, max_num_batched_tokens=v.max_num_batched_tokens)
 
     def cuda_graph(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine
@@ -329,15 +354,17 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     reasons = _capacity_reasons(req, v, plan, binding, util=util, max_len=max_len)
     notes += _plan_notes(req, setup, pools, layout, c)
     return Capacity(
-        stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.min_block_size,
+        stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.block_size,
         page_size_bytes=layout.pool_block_bytes, num_blocks=blocks,
-        kv_cache_tokens=blocks // layout.num_groups * layout.min_block_size * layout.dcp,
+        # DeepSeek-V4's groups draw blocks of one pool by their own block sizes: its tokens are vLLM's logged figure
+        kv_cache_tokens=plan.logged_kv_cache_tokens if layout.packed
+        else blocks // layout.num_groups * layout.min_block_size * layout.dcp,
         max_concurrency=plan.max_concurrency,
         max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
         # given KV memory: the skeleton's unused (what the components and the KV memory leave)
         unused=max(0, memory - requested - (0 if subtract_graphs else c.cuda_graph))
         if req.kv_cache_memory_bytes is None else None,
-        settings={"gpu_memory_utilization": util, "block_size": layout.min_block_size,
+        settings={"gpu_memory_utilization": util, "block_size": layout.block_size,
                   "max_num_batched_tokens": v.max_num_batched_tokens, "max_num_seqs": v.max_num_seqs,
                   "cuda_graph_sizes": len(v.graphs),
                   **({"activation_band": activation_band(rules, v.in_flight.v2_runner, req.gpu)} if rules.v1 else {}),
@@ -408,10 +435,13 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
         notes.append(f"vLLM warns \"Add {padding} padding layers, may waste at most {100 * padding / layers:.2f}% KV "
                      f"cache memory\": {layers} layers of a type fill {-(-layers // layout.group_size)} groups of "
                      f"{layout.group_size}")
-    if spec.has_layer(CompressedLayer):
-        notes.append("DeepSeek-V4: a block is 256 tokens of every layer's compressed entries and indexer keys "
-                     "(fp8_ds_mla, 584 B an entry); each request is also charged its sliding windows and compressor "
-                     f"state, {layout.buckets[0].extra_blocks} blocks; an estimate of vLLM 0.33's grouping")
+    if layout.packed:
+        groups = ", ".join(f"{b.num_layers} x {b.block_size}" + (f" (window {b.window})" if b.window else "")
+                           for b in layout.buckets)
+        notes.append(f"DeepSeek-V4: vLLM packs {layout.num_groups} cache groups (layers x tokens a block: {groups}) in "
+                     f"one pool of {layout.pool_block_bytes:,}-B blocks, fp8_ds_mla rows of 584 B; a request of "
+                     f"{setup.max_model_len:,} tokens counts {layout.blocks_per_request(setup.max_model_len, v.in_flight.tokens):,} "
+                     "blocks in the logged concurrency (the window and state groups at their admission bound)")
     if layout.tensor_pages:
         notes.append(f"layers of one attention type with different page sizes share one group: a block costs "
                      f"{layout.pool_block_bytes:,} B, the sum of their pages")

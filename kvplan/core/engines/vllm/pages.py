@@ -143,6 +143,47 @@ class VLLMEngine(PagedEngine):
         return f"vLLM paged blocks of {self.block_size} tokens; {windows}"
 
 
+@dataclass(frozen=True)
+class V4Spec:
+    """One KV cache spec a DeepSeek-V4 layer registers in vLLM (module docstring): its pages grow with the context
+    (``MLAAttentionSpec``: compressed entries, indexer keys) or are bounded by ``window`` tokens
+    (``SlidingWindowMLASpec``: the sliding window, the compressors' state); ``block`` tokens a page."""
+
+    grows: bool
+    block: int
+    window: int
+    page: int  # bytes, padded to a multiple of 576 (fp8_ds_mla)
+    token_bytes: int = 0  # a window or state cache's bytes a token, before padding
+
+    def page_at(self, block_size: int) -> int:
+        """This window or state cache's page at ``block_size`` tokens (as the unified spec without the hybrid
+        manager sizes it)."""
+        return _align(self.token_bytes * block_size)
+
+
+def v4_specs(layer: CompressedLayer, block_size: int) -> list[V4Spec]:
+    """The specs of one DeepSeek-V4 layer in registration order (read in 0.25.0, 0.26.0 and 0.33.0:
+    ``DeepseekV4Attention.__init__`` registers the indexer's key cache and its compressor's state, then the
+    sliding-window cache, the compressed entries and the compressor's state). ``block_size``: the compressed
+    caches' tokens a block (--block-size; the window and state caches keep their own)."""
+    fp32 = get_dtype("fp32")
+    m = layer.compress_ratio
+    out = []
+    if m and layer.indexer_head_dim:
+        out.append(V4Spec(True, block_size, 0, _align(block_size // m * INDEXER_FP8.vector_bytes(layer.indexer_head_dim))))
+        state = fp32.vector_bytes(2 * 2 * layer.indexer_head_dim)
+        out.append(V4Spec(False, 4, 2 * m, _align(4 * state), state))
+    out.append(V4Spec(False, V4_SWA_BLOCK, layer.window, _align(V4_SWA_BLOCK * V4_FP8_DS_MLA_STATE_BYTES),
+                      V4_FP8_DS_MLA_STATE_BYTES))
+    if m:
+        out.append(V4Spec(True, block_size, 0, _align(block_size // m * V4_FP8_DS_MLA_STATE_BYTES)))
+        coff = 2 if layer.overlap else 1
+        state_block = V4_STATE_BLOCK.get(m, 4)
+        state = fp32.vector_bytes(2 * coff * layer.head_dim)
+        out.append(V4Spec(False, state_block, coff * m, _align(state_block * state), state))
+    return out
+
+
 # v4_pages' cache names whose pages grow with the context (the others are bounded by a window)
 V4_GROWING = ("entries", "indexer")
 

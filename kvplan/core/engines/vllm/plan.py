@@ -16,6 +16,7 @@ vLLM's own unit tests of this, as data, are tests/fixtures/vllm_planning (tests/
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
@@ -28,6 +29,7 @@ from kvplan.errors import ConfigError, InputError
 
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
 KERNEL_BLOCK_ALIGN = 16
+V4_KERNEL_BLOCK = 256  # DeepSeek-V4's FlashMLA and indexer kernels' block (0.33.0 customize_attention_spec)
 MLA_HYBRID_BLOCK_ALIGN = 128  # 0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size (MLA + Mamba)
 
 # Kernel block sizes of vLLM's MLA backends (0.20.0: each backend's get_supported_kernel_block_sizes):
@@ -47,9 +49,15 @@ MAMBA_CACHE_MODES = ("none", "align")
 
 
 def resolve_block_size(rules: VLLMRules, block_size: int | None, attention_backend: str | None, *, has_mla: bool,
-                       sparse: bool) -> int:
-    """The KV block size vLLM runs a model with (``has_mla``: a layer is MLA; ``sparse``: one has an indexer): the
-    one given, else the backend's (MLA), else the release's MLA default or 16."""
+                       sparse: bool, v4: bool = False) -> int:
+    """The KV block size vLLM runs a model with (``has_mla``: a layer is MLA; ``sparse``: one has an indexer; ``v4``:
+    DeepSeek-V4): the one given, else the backend's (MLA), else the release's MLA default or 16. DeepSeek-V4's
+    compressed caches take 256 ("Setting kv cache block size to 256 for DEEPSEEK_SPARSE_SWA backend": 0.25.0
+    platforms/interface.py::Platform.update_block_size_for_backend, the first layer's backend's preferred size)."""
+    if v4:
+        if attention_backend is not None:
+            raise InputError("DeepSeek-V4 runs its own attention backends in vLLM; leave --attention-backend out")
+        return block_size or V4_KERNEL_BLOCK
     if attention_backend is None:
         if has_mla:
             return mla_block(rules, block_size, sparse=sparse)[0]
@@ -95,7 +103,9 @@ class Bucket:
     # 0: not padded. The pool counts the padded page: the layer's block holds block_size tokens in more bytes.
     real_page_bytes: int = 0
     state_blocks: int = 1  # LINEAR: blocks one request holds (Mamba state, speculative and align blocks)
-    extra_blocks: int = 0  # blocks a request holds whatever its length (DeepSeek-V4's windows and compressor state)
+    # DeepSeek-V4's packed pool (v4_layout): the group's page, the sum of its layers' pages, which weighs its
+    # pages in the logged concurrency of 0.25-0.26 (KVLayout.weighted)
+    group_page_bytes: int = 0
 
     def blocks_needed(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Blocks one request of ``max_model_len`` tokens is admitted with in one group of this kind
@@ -106,7 +116,7 @@ class Bucket:
             return cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
         if self.kind is LayerKind.CHUNKED:
             return cdiv(min(self.window + in_flight_tokens, max_model_len), self.block_size)
-        return cdiv(max_model_len, self.block_size) + self.extra_blocks
+        return cdiv(max_model_len, self.block_size)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +130,13 @@ class KVLayout:
     # --decode-context-parallel-size (kvplan.core.engines.vllm.dcp): a block of the pool holds block_size tokens on
     # each of dcp ranks, so a request of L tokens needs the blocks of cdiv(L, dcp)
     dcp: int = 1
+    # DeepSeek-V4's packed pool (v4_layout): ``packed``: each group's block is one pool block of page_bytes (not
+    # page_bytes x group_size spread over the groups); ``check_block_bytes``: what the startup check charges a page
+    # (0: a pool block); ``weighted``: the logged concurrency weighs each group's pages by its page bytes over the
+    # first group's (0.25-0.26)
+    packed: bool = False
+    check_block_bytes: int = 0
+    weighted: bool = False
 
     @property
     def num_groups(self) -> int:
@@ -140,18 +157,36 @@ class KVLayout:
         """Bytes one block of the pool takes across every tensor it spans."""
         return self.page_bytes * self.group_size
 
+    @property
+    def block_size(self) -> int:
+        """The block size vLLM logs and --block-size sets: the smallest group's, or for DeepSeek-V4 the compressed
+        caches' (its window and state caches keep blocks of their own)."""
+        return self.buckets[0].block_size if self.packed else self.min_block_size
+
     def tensor_bytes(self, num_blocks: int) -> tuple[int, ...]:
         """The KV tensors vLLM allocates for ``num_blocks`` blocks (one per layer slot of a group)."""
         return tuple(page * num_blocks for page in (self.tensor_pages or (self.page_bytes,) * self.group_size))
 
-    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Pool blocks one request of ``max_model_len`` tokens needs; the second argument is the tokens a
+    def blocks_admitted(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Pool blocks one request of ``max_model_len`` tokens is admitted with; the second argument is the tokens a
         sliding/chunked layer admits at once (max_in_flight_tokens from 0.26)."""
         per_rank = cdiv(max_model_len, self.dcp)  # (dcp 1: max_model_len)
         return sum(b.num_groups * b.blocks_needed(per_rank, max_num_batched_tokens) for b in self.buckets)
 
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """What vLLM divides the pool by for its logged concurrency: the blocks a request is admitted with, or for
+        DeepSeek-V4 in 0.25-0.26 each group's pages weighed by its page over the first group's, rounded up
+        (get_max_concurrency_for_kv_cache_config)."""
+        if not self.weighted:
+            return self.blocks_admitted(max_model_len, max_num_batched_tokens)
+        per_rank = cdiv(max_model_len, self.dcp)
+        return cdiv(sum(b.blocks_needed(per_rank, max_num_batched_tokens) * b.group_page_bytes for b in self.buckets),
+                    self.buckets[0].group_page_bytes)
+
     def bytes_needed(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        return self.pool_block_bytes * self.blocks_per_request(max_model_len, max_num_batched_tokens)
+        """What the startup check (and the max-model-len estimate) says one request of ``max_model_len`` needs."""
+        return ((self.check_block_bytes or self.pool_block_bytes)
+                * self.blocks_admitted(max_model_len, max_num_batched_tokens))
 
 
 def mamba_state_blocks(rules: VLLMRules, mamba_cache_mode: str, num_speculative_tokens: int) -> int:
@@ -264,7 +299,7 @@ def _build_layout(layers: tuple[Layer, ...], *, rules: VLLMRules, kv_dtype: KVDt
                   num_speculative_tokens: int, name: str) -> KVLayout | None:
     v4 = [layer for layer in layers if isinstance(layer, CompressedLayer)]
     if v4:
-        return v4_layout(v4)
+        return v4_layout(v4, rules, block_size, name=name, hybrid=hybrid)
     buckets = _bucket_layers(layers, kv_dtype=kv_dtype, model_dtype=model_dtype, tp=tp, hybrid=hybrid)
     if not buckets.members:
         return None
@@ -304,25 +339,147 @@ def _padding_hint(rules: VLLMRules, layer: Layer) -> str:
     return f"; vLLM pads the smaller page from {since}: pin --engine vllm=={since} or later"
 
 
-def v4_layout(layers: list[CompressedLayer]) -> KVLayout:
-    """An estimate of vLLM 0.33's pool for DeepSeek-V4 (kvplan.core.engines.vllm.v4_pages): a block is one
-    256-token block of every layer's compressed entries and indexer keys; the sliding windows and the compressors'
-    state, which do not grow with the context, are charged to each request as whole blocks of that size. vLLM's
-    own grouping of these caches (kv_cache_planning.py) is not reproduced."""
-    from kvplan.core.engines.vllm.pages import V4_ENTRY_BLOCK, V4_GROWING, v4_pages
+def _approximate_gcd(counts: list[int], lower_bound: int) -> int:
+    """The divisor d >= lower_bound (at most the largest count) that pads the counts least to multiples of d, the
+    larger on a tie (kv_cache_utils.py::_approximate_gcd, 0.25.0; kv_cache_planning.py 0.33.0)."""
+    lo, hi = max(1, lower_bound), max(counts)
+    best, least = lo, None
+    for d in range(lo, hi + 1):
+        pad = sum(-x % d for x in counts)
+        if least is None or pad <= least:
+            best, least = d, pad
+    return best
 
-    steady = 2 * V4_ENTRY_BLOCK + max(layer.window for layer in layers)  # past every window
-    unit = bounded = 0
-    for layer in set(layers):
-        count = layers.count(layer)
-        unit += count * sum(page for name, _, page in v4_pages(layer, steady) if name in V4_GROWING)
-        # the bounded caches at their largest over a block's worth of decode steps (a window straddles blocks)
-        bounded += count * max(sum(held * page for name, held, page in v4_pages(layer, n) if name not in V4_GROWING)
-                               for n in range(steady, steady + V4_ENTRY_BLOCK))
-    unit = unit or bounded  # sliding-window-only layers: the bounded part is the whole cache
-    bucket = Bucket(kind=LayerKind.FULL, window=0, block_size=V4_ENTRY_BLOCK, num_layers=len(layers), num_groups=1,
-                    extra_blocks=cdiv(bounded, unit))
-    return KVLayout(page_bytes=unit, group_size=1, buckets=(bucket,))
+
+def _most_common(specs: list) -> int:
+    """Layers of the group's most common page size (get_num_layer_tuples)."""
+    counts: dict[int, int] = {}
+    for x in specs:
+        counts[x.page] = counts.get(x.page, 0) + 1
+    return max(counts.values())
+
+
+def _split(specs: list, ways: int) -> list[list]:
+    """A group of specs dealt into ``ways`` groups by rows (one spec of each page size a row), row k to group
+    k mod ways (``layer_tuples[i::n]``)."""
+    by_page: dict[int, list] = {}
+    for x in specs:
+        by_page.setdefault(x.page, []).append(x)
+    rows = list(zip(*by_page.values()))
+    return [[x for row in rows[k::ways] for x in row] for k in range(ways)]
+
+
+def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, *, name: str = "model",
+              hybrid: bool = True) -> KVLayout:
+    """vLLM's block pool for DeepSeek-V4 (kvplan.core.engines.vllm.pages.v4_specs): five groups, one of every layer's
+    compressed entries and indexer keys (block_size tokens a block) and one per (block size, window) of the window and
+    state caches, the window caches split in two; every group's block is one block of the pool. Rules by release
+    (VLLMRules.v4_pool, docs/engines.md "DeepSeek-V4 in vLLM")."""
+    from kvplan.core.engines.vllm.pages import V4Spec, v4_specs
+    from kvplan.core.engines.vllm.rules import V4Pool
+
+    if rules.v4_pool is V4Pool.NONE:
+        raise ConfigError(f"{name}: this vLLM release has no DeepSeek-V4 model; pin --engine vllm==0.25.0 or later")
+    ratio = max(layer.compress_ratio for layer in layers)
+    if block_size < ratio or block_size % ratio:
+        # 0.33.0: a compressed page of block_size // ratio entries, 0 below the ratio (ZeroDivisionError at startup)
+        raise ConfigError(f"{name}: vLLM's DeepSeek-V4 caches need --block-size a multiple of {ratio} (the largest "
+                          f"compress ratio); {block_size} does not start")
+    if not hybrid:
+        return _v4_unified(layers, rules, block_size, name)
+    specs = [x for layer in layers for x in v4_specs(layer, block_size)]
+    growing = [x for x in specs if x.grows]
+    bounded: dict[tuple[int, int], list[V4Spec]] = {}
+    for x in specs:
+        if not x.grows:
+            bounded.setdefault((x.block, x.window), []).append(x)
+    growing_pages = sorted({x.page for x in growing})
+    groups: list[list[V4Spec]] = [growing]
+    summed = rules.v4_pool in (V4Pool.SUMMED, V4Pool.TUPLES)
+    if summed:
+        # 0.25.0 kv_cache_utils.py::_get_kv_cache_groups_uniform_groups: layer tuples from every group's most common
+        # page count; a window or state page padded up to the next compressed page; each (block, window) group dealt
+        # into cdiv(its layers of a page size, tuples) groups
+        tuples = _approximate_gcd([_most_common(g) for g in (growing, *bounded.values())], _most_common(growing))
+        for members in bounded.values():
+            if max(x.page for x in members) > growing_pages[-1]:
+                raise ConfigError(f"{name}: vLLM's DeepSeek-V4 pool takes --block-size 256 or more in this release "
+                                  f"(a window page of {max(x.page for x in members):,} B exceeds every compressed page)")
+            padded = [V4Spec(x.grows, x.block, x.window, min(p for p in growing_pages if p >= x.page), x.token_bytes)
+                      for x in members]
+            per_page = {}
+            for x in padded:
+                per_page[x.page] = per_page.get(x.page, 0) + 1
+            groups += _split(padded, cdiv(next(iter(per_page.values())), tuples))
+    else:
+        # 0.33.0 kv_cache_planning.py::_get_packed_kv_cache_groups: a repeat count from the balanced groups (the same
+        # count of every page size) only, at least the most layers of a balanced group with several page sizes; each
+        # balanced group dealt into cdiv(its most common count, repeat) groups
+        def shape(members: list[V4Spec]) -> tuple[bool, int]:
+            counts: dict[int, int] = {}
+            for x in members:
+                counts[x.page] = counts.get(x.page, 0) + 1
+            return len(set(counts.values())) == 1, len(counts)
+
+        candidates = [growing, *bounded.values()]
+        shapes = [shape(m) for m in candidates]
+        low = max((_most_common(m) for m, (even, pages) in zip(candidates, shapes) if even and pages > 1), default=0)
+        repeat = _approximate_gcd([_most_common(m) for m, (even, _) in zip(candidates, shapes) if even], low) if low else 0
+        groups = []
+        for members, (even, _) in zip(candidates, shapes):
+            ways = cdiv(_most_common(members), repeat) if even and repeat else 1
+            groups += _split(members, ways) if ways > 1 else [members]
+    buckets = tuple(Bucket(kind=LayerKind.FULL if g[0].grows else LayerKind.SLIDING, window=g[0].window,
+                           block_size=g[0].block, num_layers=len(g), num_groups=1,
+                           group_page_bytes=sum(x.page for x in g)) for g in groups)
+    if summed:
+        # _get_kv_cache_config_packed: a block holds, of each page size, the most layers any group has of it
+        slots: dict[int, int] = {}
+        for g in groups:
+            counts = {}
+            for x in g:
+                counts[x.page] = counts.get(x.page, 0) + 1
+            for page, n in counts.items():
+                slots[page] = max(slots.get(page, 0), n)
+        tensors = tuple(page for page, n in sorted(slots.items(), reverse=True) for _ in range(n))
+        # _max_memory_usage_bytes_from_groups (DeepSeek-V4): the most layer tuples of a group x the distinct pages of
+        # the compressed group, a page of each group
+        check = max(_most_common(g) for g in groups) * sum(growing_pages)
+        if rules.v4_pool is V4Pool.TUPLES:  # 0.20-0.22: the block is what the check charges a page
+            tensors = (check,)
+        return KVLayout(page_bytes=sum(tensors), group_size=1, buckets=buckets, tensor_pages=tensors, packed=True,
+                        check_block_bytes=check, weighted=True)
+    widest = max(b.group_page_bytes for b in buckets)
+    if rules.v4_stride_align and V4_KERNEL_BLOCK % block_size:
+        # 0.33.0 v1/worker/utils.py::customize_attention_spec: a compressed spec's block stride a multiple of its
+        # page at the kernel's 256 tokens, so a block of 512 rounds up to the lcm of those pages
+        stride = 1
+        for x in (v for layer in layers for v in v4_specs(layer, math.gcd(V4_KERNEL_BLOCK, block_size)) if v.grows):
+            stride = math.lcm(stride, x.page)
+        widest = cdiv(widest, stride) * stride
+    # 0.27.0-0.28.x still checked a request against 0.25's charge a page (the most layer tuples x the compressed
+    # group's distinct pages); from 0.29.0 a pool block a page (VLLMRules.v4_check_widest)
+    check = 0 if rules.v4_check_widest else (max(_most_common(g) for g in groups) * sum(growing_pages))
+    return KVLayout(page_bytes=widest, group_size=1, buckets=buckets, tensor_pages=(widest,), packed=True,
+                    check_block_bytes=check)
+
+
+def _v4_unified(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, name: str) -> KVLayout:
+    """DeepSeek-V4 without the hybrid manager (--disable-hybrid-kv-cache-manager, or a KV connector without it):
+    every window and state cache becomes a growing cache of block_size tokens a page (0.25.0 kv_cache_utils.py::
+    unify_hybrid_kv_cache_specs), one group; 0.31.0 on fails at startup."""
+    from kvplan.core.engines.vllm.pages import v4_specs
+
+    if rules.v4_no_hybrid_fails:
+        raise ConfigError(f"{name}: this vLLM release fails at startup with DeepSeek-V4 and "
+                          "--disable-hybrid-kv-cache-manager (a TypeError building the unified spec); leave it out")
+    pages = []
+    for layer in layers:
+        for x in v4_specs(layer, block_size):
+            pages.append(x.page if x.grows else x.page_at(block_size))
+    bucket = Bucket(kind=LayerKind.FULL, window=0, block_size=block_size, num_layers=len(pages), num_groups=1,
+                    group_page_bytes=sum(pages))
+    return KVLayout(page_bytes=sum(pages), group_size=1, buckets=(bucket,), tensor_pages=tuple(pages), packed=True)
 
 
 def layout_from_groups(groups: list[tuple[Layer, int]], *, kv_dtype: KVDtype, block_size: int,
@@ -456,18 +613,45 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
     ``in_flight_tokens``: what a sliding/chunked layer admits (max_num_batched_tokens, times the batches in
     flight from 0.26); ``auto_fit``: max_model_len = -1, searched up to ``max_model_len``."""
     rules: VLLMRules = profile.rules
+    check_v4_kv_dtype(rules, layers, kv_dtype, profile.version)
+    if any(isinstance(x, CompressedLayer) for x in layers):
+        kv_dtype = "fp8"  # fp8_ds_mla rows, whatever was given (check_v4_kv_dtype)
     dtype = get_dtype(model_dtype if kv_dtype == "auto" else kv_dtype)
     check_layout_dtype(rules, dtype, profile.version)
     if block_size is not None:
         check_block_size(profile, block_size)
     size = resolve_block_size(rules, block_size, attention_backend,
                               has_mla=any(isinstance(x, MLALayer) for x in layers),
-                              sparse=any(isinstance(x, MLALayer) and x.indexer_head_dim for x in layers))
+                              sparse=any(isinstance(x, MLALayer) and x.indexer_head_dim for x in layers),
+                              v4=any(isinstance(x, CompressedLayer) for x in layers))
     layout = build_layout(layers, rules=rules, kv_dtype=dtype, model_dtype=model_dtype, block_size=size, tp=tp,
                           requested_block_size=block_size, hybrid=rules.hybrid_manager and not disable_hybrid,
                           mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens)
     return plan_stages([(layout, available_bytes)], rules, max_model_len, in_flight_tokens=in_flight_tokens,
                        num_gpu_blocks_override=num_gpu_blocks_override, auto_fit=auto_fit)
+
+
+V4_FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_ds_mla")  # what _resolve_dsv4_kv_cache_dtype turns into fp8_ds_mla
+
+
+def check_v4_kv_dtype(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...], kv_dtype: str, version: str) -> None:
+    """DeepSeek-V4's caches are fp8_ds_mla rows whatever the dtype, and vLLM refuses any but fp8 (``auto`` too before
+    VLLMRules.v4_auto_fp8): vllm/models/deepseek_v4/attention.py::_resolve_dsv4_kv_cache_dtype."""
+    if not any(isinstance(x, CompressedLayer) for x in layers):
+        return
+    from kvplan.core.engines.vllm.rules import V4Pool
+
+    if rules.v4_pool is V4Pool.NONE:
+        raise ConfigError(f"vLLM {version} has no DeepSeek-V4 model; pin --engine vllm==0.25.0 or later")
+    name = kv_dtype.strip().lower()
+    if name in V4_FP8_NAMES or (name == "auto" and rules.v4_auto_fp8):
+        return
+    from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
+
+    since = next((p.version for p in VLLM_PROFILES if p.rules.v4_auto_fp8), None)
+    later = f"; from {since}, auto means fp8" if name == "auto" and since else ""
+    raise ConfigError(f"vLLM {version} runs DeepSeek-V4 with an fp8 KV cache only (the fp8_ds_mla layout): "
+                      f"--kv-cache-dtype {kv_dtype} fails at startup{later}; give --kv-cache-dtype fp8")
 
 
 def check_layout_dtype(rules: VLLMRules, dtype: KVDtype, version: str) -> None:

@@ -253,10 +253,16 @@ _table.at("0.20.0", ("the CUDA-graph estimate is subtracted by default (0.20.0: 
                      "B)), in EVERY block count, so a running request past the cap never preempts (0.20.0: "
                      "vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_admission_blocks_per_request, "
                      "vllm/v1/core/single_type_kv_cache_manager.py::SingleTypeKVCacheManager."
-                     "get_num_blocks_to_allocate)"),
+                     "get_num_blocks_to_allocate)",
+                     "DeepSeek-V4 (vllm/model_executor/models/deepseek_v4.py; kvplan.core.engines.vllm.plan.v4_layout): "
+                     "five cache groups in one pool, window and state pages padded up to the next compressed page, a "
+                     "block the most layer tuples of a group x the compressed group's distinct page sizes; the "
+                     "logged concurrency weighs each group's pages by its page over the compressed group's (0.20.0: "
+                     "vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_groups, "
+                     "get_max_concurrency_for_kv_cache_config)"),
           cuda_graphs="subtracted", default_utilization=0.92,
           layout_kv_dtypes=("fp8_ds_mla", "fp8_per_token_head", "int8_per_token_head"),
-          scheduler=_table.sched("0.20.0", window_cap=WindowCap.EVERY_ALLOCATION))
+          scheduler=_table.sched("0.20.0", window_cap=WindowCap.EVERY_ALLOCATION), v4_pool="tuples")
 _table.at("0.20.1", ("'GPU KV cache size' = int(max concurrency x max_model_len): up to 8x num_blocks x block_size "
                      "for sliding-window models (0.20.1: kv_cache_utils.py::_report_kv_cache_config)",
                      "--num-gpu-blocks-override also drives the fit check (0.20.1: get_kv_cache_configs)"),
@@ -269,8 +275,10 @@ _table.at("0.20.2", ("scheduler: the sliding/chunked cap applies at the admissio
 _table.at("0.23.0", ("scheduler, prefix caching: blocks freed behind a window and a sliding-window group's finished "
                      "blocks without a hash go to the front of the free queue (0.23.0: vllm/v1/core/"
                      "single_type_kv_cache_manager.py::SingleTypeKVCacheManager.remove_skipped_blocks, "
-                     "SlidingWindowManager.free)",),
-          scheduler=_table.sched("0.23.0", free_order=FreeOrder.WINDOW_UNHASHED_FIRST))
+                     "SlidingWindowManager.free)",
+                     "DeepSeek-V4: a pool block holds, of each page size, the most layers any group has (0.23.0: "
+                     "vllm/v1/core/kv_cache_utils.py::_get_kv_cache_config_packed)"),
+          scheduler=_table.sched("0.23.0", free_order=FreeOrder.WINDOW_UNHASHED_FIRST), v4_pool="summed")
 _table.at("0.24.0", ("scheduler, prefix caching: every freed block without a hash goes to the front of the free queue, "
                      "hashed blocks to the back (0.24.0: vllm/v1/core/block_pool.py::BlockPool.free_blocks)",
                      "scheduler: the watermark option (default 0.0) keeps a share of the pool free at admission "
@@ -318,10 +326,14 @@ _table.at("0.27.0", ("the budget charges memory consumed by the profile run (fre
                      "waiting + "
                      "running) plus waiting x 6 x max(0, KV usage - 0.5), and every engine publishes its counts with "
                      "its KV usage (0.27.0: vllm/v1/engine/core_client.py::DPLBAsyncMPClient."
-                     "get_core_engine_for_request, vllm/v1/engine/core.py::EngineCoreProc.run_busy_loop)"),
+                     "get_core_engine_for_request, vllm/v1/engine/core.py::EngineCoreProc.run_busy_loop)",
+                     "DeepSeek-V4: window and state pages no longer padded; a pool block is the widest group's page "
+                     "and the logged concurrency sums each group's pages plainly (0.27.0: vllm/v1/core/"
+                     "kv_cache_planning.py::_get_packed_kv_cache_groups, _get_kv_cache_bytes_per_block; "
+                     "kv_cache_utils.py::get_max_concurrency_for_kv_cache_config)"),
           budget="consumed", v2_architectures=(*_V2_ARCHITECTURES_0_26, "KimiK3ForConditionalGeneration"),
           scheduler=_table.sched("0.27.0", router=_router(score=Score.IN_FLIGHT, dense_counts=True),
-                                 stale_output_waits=True))
+                                 stale_output_waits=True), v4_pool="widest")
 _table.at("0.28.0", ("GPUs of 160 GiB or more (B200) get max_num_batched_tokens 16384 "
                      "(0.28.0: vllm/engine/arg_utils.py)",
                      "bitsandbytes checkpoints no longer load: vllm/model_executor/layers/quantization/bitsandbytes.py "
@@ -342,15 +354,27 @@ _table.at("0.29.0", ("the fit check and the max-model-len search leave one block
                      "in flight with async scheduling (0.29.0: vllm/config/vllm.py::VllmConfig.use_v2_model_runner)",
                      "any non-MLA attention page that does not divide the largest is padded to it, whatever the "
                      "backend; an MLA page no longer is (0.29.0: vllm/v1/core/kv_cache_utils.py::"
-                     "unify_kv_cache_spec_page_size; 0.33.0: v1/core/kv_cache_planning.py)"),
-          null_block_in_fit=True, page_padding="non_mla", scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
+                     "unify_kv_cache_spec_page_size; 0.33.0: v1/core/kv_cache_planning.py)",
+                     "DeepSeek-V4's startup check charges a pool block a page (0.29.0: v1/core/kv_cache_planning.py::"
+                     "_max_memory_usage_bytes_from_groups)"),
+          null_block_in_fit=True, page_padding="non_mla", v4_check_widest=True, scheduler=_table.sched("0.29.0", window_checkpoint_caching=True),
           model_runner="v2", v2_architectures=())
+_table.at("0.30.0", ("DeepSeek-V4: --kv-cache-dtype auto means fp8 (fp8_ds_mla); before, the start fails (0.30.0: "
+                     "vllm/models/deepseek_v4/attention.py::_resolve_dsv4_kv_cache_dtype)",),
+          v4_auto_fp8=True)
 _table.at("0.31.0", ("scheduler: long_prefill_token_threshold applies only when more than one request is running or "
                      "waiting (0.31.0: vllm/v1/core/sched/scheduler.py::Scheduler.schedule)",
                      "decode context parallelism runs with an fp8 MLA cache and on sparse MLA (read in 0.33.0: "
                      "vllm/model_executor/layers/attention/mla_attention.py::MLADCPManager, "
-                     "vllm/v1/attention/backends/mla/flashmla_sparse.py; refused through 0.20.0)"),
-          scheduler=_table.sched("0.31.0", threshold_needs_company=True), dcp_fp8_and_sparse_mla=True)
+                     "vllm/v1/attention/backends/mla/flashmla_sparse.py; refused through 0.20.0)",
+                     "DeepSeek-V4 with --disable-hybrid-kv-cache-manager fails at startup (0.31.0: a TypeError building "
+                     "the unified MLAAttentionSpec, v1/core/kv_cache_planning.py)",),
+          scheduler=_table.sched("0.31.0", threshold_needs_company=True), dcp_fp8_and_sparse_mla=True,
+          v4_no_hybrid_fails=True)
+_table.at("0.32.0", ("DeepSeek-V4 at a block size that does not divide 256: a pool block's bytes round up to the lcm of "
+                     "the compressed pages at 256 tokens (0.32.0: vllm/v1/worker/utils.py::customize_attention_spec, "
+                     "block_stride_alignment)",),
+          v4_stride_align=True)
 
 
 VLLM_PROFILES: tuple[EngineProfile, ...] = chain("vllm", "vLLM", _table.entries)

@@ -157,10 +157,29 @@ class PagePadding(str, Enum):
     NON_MLA = "non_mla"  # any attention layer but MLA (0.29.0 on): sparse MLA indexes whole token rows
 
 
+class V4Pool(str, Enum):
+    """How vLLM packs DeepSeek-V4's five cache groups into one block pool and what it logs (kvplan.core.engines.vllm.
+    plan.v4_layout; each group's page is the sum of its layers' pages, each spec's page padded to 576 B)."""
+
+    NONE = "none"  # the release has no DeepSeek-V4 model
+    # 0.20.0-0.22.x: as SUMMED, but a block is the most layer tuples of a group x the compressed group's distinct
+    # page sizes (what SUMMED's startup check charges a page)
+    TUPLES = "tuples"
+    # 0.25.0-0.26.x (vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_groups, _get_kv_cache_config_packed,
+    # get_max_concurrency_for_kv_cache_config): a window/state page is padded up to the next compressed-entry page;
+    # a block holds the most layers of each page size any group has; the logged concurrency weighs each group's
+    # pages by its page bytes over the compressed group's; the startup check counts layer tuples x the distinct
+    # compressed pages
+    SUMMED = "summed"
+    # 0.27.0 on (0.33.0: v1/core/kv_cache_planning.py::_get_packed_kv_cache_groups, _get_kv_cache_bytes_per_block):
+    # no state padding; a block is the widest group's page; a request's pages are summed unweighted
+    WIDEST = "widest"
+
+
 # Typed fields read from the table below as their names (each value checked when the rules are built).
 _ENUMS = {"budget": Budget, "cuda_graphs": CudaGraphs, "capacity_log": CapacityLog, "capture": Capture,
           "batch_defaults": BatchDefaults, "sampler": Sampler, "bitsandbytes": Bitsandbytes, "mla_given_block": MlaGivenBlock,
-          "model_runner": ModelRunner, "page_padding": PagePadding, "dcp": DecodeContextParallel}
+          "model_runner": ModelRunner, "page_padding": PagePadding, "dcp": DecodeContextParallel, "v4_pool": V4Pool}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +233,19 @@ class VLLMRules:
     # 0.20.0; FlashMLA-sparse without decode LSE), both run in 0.33.0 (layers/attention/mla_attention.py::
     # MLADCPManager, v1/attention/backends/mla/flashmla_sparse.py); releases between were not read
     dcp_fp8_and_sparse_mla: bool = False
+    v4_pool: V4Pool = V4Pool.NONE  # DeepSeek-V4's cache groups in the block pool (V4Pool)
+    # DeepSeek-V4 with --kv-cache-dtype auto: fp8_ds_mla; before, the attention asserts an fp8 dtype and the start
+    # fails (vllm/models/deepseek_v4/attention.py::_resolve_dsv4_kv_cache_dtype)
+    v4_auto_fp8: bool = False
+    # 0.32.0 on: at a block size that does not divide 256 a block's bytes round up to the lcm of the compressed pages at
+    # 256 tokens (v1/worker/utils.py::customize_attention_spec, block_stride_alignment)
+    v4_stride_align: bool = False
+    # 0.29.0 on: the startup check charges a pool block a page of DeepSeek-V4 (kv_cache_planning.py::
+    # _max_memory_usage_bytes_from_groups); before, the most layer tuples x the compressed group's distinct pages
+    v4_check_widest: bool = False
+    # 0.31.0 on: --disable-hybrid-kv-cache-manager fails at startup for DeepSeek-V4 (a TypeError building the
+    # unified spec); before, every cache is sized as growing at block_size tokens a block
+    v4_no_hybrid_fails: bool = False
 
     def pads_page(self, layer: Layer) -> bool:
         """vLLM pads this attention/MLA layer's page to the largest page when it does not divide it

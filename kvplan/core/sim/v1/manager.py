@@ -71,7 +71,8 @@ class KVCacheManager:
                                  "mamba_cache_mode align) is not modelled; disable enable_prefix_caching")
             if len(set(self.sizes)) != 1:
                 raise InputError(f"prefix caching with groups of different block sizes {sorted(set(self.sizes))} "
-                                 "(partial-block hashes) is not modelled")
+                                 "(partial-block hashes) is not modelled; set sharing.prefix_caching: false to "
+                                 "simulate without it")
             self.hash_block = self.sizes[0]
             self.spec_groups = spec_groups(layout)
         # One full-attention group: a private request's blocks (kvplan.core.sim.v1.hashing.PrivateKeys) are filed

@@ -1,0 +1,67 @@
+"""DeepSeek-V4-Flash on vLLM, predicted from model, GPU and flags alone, against public starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+
+# vllm-project/vllm#51454 (2026-08-07, "DP8 vs TP8 for single-KV-head MLA", DeepSeek-V4-Flash-0731 on 8 x B200,
+# vllm/vllm-openai:v0.25.0). Both starts' non-default args: enable_expert_parallel True, block_size 256,
+# gpu_memory_utilization 0.95, kv_cache_dtype fp8, max_num_batched_tokens 8192, max_num_seqs 256, moe_backend
+# deep_gemm_mega_moe, a 1,048,576-token context; one with tensor_parallel_size 8, one with data_parallel_size 8.
+# The author's follow-up quotes the logs: "TP8 `GPU KV cache size: 21,419,891 tokens / 20.43x`; DP8 eight
+# `EngineCore_DP*` replicas each at `20,571,235 tokens / 19.62x`".
+FLAGS = ("deepseek-ai/DeepSeek-V4-Flash-0731", "--gpu", "B200", "--engine", "vllm==0.25.0", "--enable-expert-parallel",
+         "--block-size", "256", "--gpu-memory-utilization", "0.95", "--kv-cache-dtype", "fp8",
+         "--max-num-batched-tokens", "8192", "--max-num-seqs", "256", "--moe-backend", "deep_gemm_mega_moe",
+         "--max-model-len", "1048576")
+
+
+def _fit(*args: str) -> dict:
+    r = runner.invoke(app, ["fit", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize(("parallel", "logged", "concurrency"), [
+    (("-tp", "8"), 21_419_891, 20.43),
+    (("-dp", "8"), 20_571_235, 19.62),
+])
+def test_deepseek_v4_flash_on_8_b200_matches_the_public_starts(parallel, logged, concurrency):
+    out = _fit(*FLAGS, *parallel)
+    assert out["engine_version"] == "0.25.0" and out["expert_parallel_size"] == 8
+    assert abs(out["kv_cache_tokens"] / logged - 1) < 0.02
+    assert abs(out["max_concurrency"] / concurrency - 1) < 0.02
+
+
+def test_data_parallel_replicates_attention_and_counts_every_engine():
+    """DP 8 holds attention, the shared expert and the vocabulary whole on each GPU (6.1 GiB more weights than TP 8),
+    so each engine's pool is a little smaller, but there are eight of them: the issue's '7.7x'."""
+    tp8, dp8 = _fit(*FLAGS, "-tp", "8"), _fit(*FLAGS, "-dp", "8")
+    assert 5.5 < (dp8["breakdown"]["weights"] - tp8["breakdown"]["weights"]) / 2**30 < 6.5
+    assert dp8["all_ranks"]["kv_cache_tokens"] == 8 * dp8["kv_cache_tokens"]
+    assert 7.5 < dp8["all_ranks"]["kv_cache_tokens"] / tp8["kv_cache_tokens"] < 7.9
+
+
+def test_megamoe_is_non_torch_memory_and_needs_expert_parallelism():
+    auto = _fit(*FLAGS[:-4], "--max-model-len", "1048576", "-tp", "8")
+    mega = _fit(*FLAGS, "-tp", "8")
+    assert mega["breakdown"]["non_torch"] - auto["breakdown"]["non_torch"] == 4_321_690_912
+    r = runner.invoke(app, ["fit", "deepseek-v4-flash", "--gpu", "B200", "-tp", "8", "--kv-cache-dtype", "fp8",
+                            "--moe-backend", "deep_gemm_mega_moe"])
+    assert r.exit_code == 2 and "--enable-expert-parallel" in r.output
+
+
+@pytest.mark.parametrize(("engine", "code", "says"), [
+    ("vllm==0.25.0", 2, "fp8 KV cache only"),  # _resolve_dsv4_kv_cache_dtype asserts fp8
+    ("vllm==0.19.0", 2, "no DeepSeek-V4"),
+])
+def test_deepseek_v4_refusals(engine, code, says):
+    r = runner.invoke(app, ["fit", "deepseek-v4-flash", "--gpu", "B200", "-tp", "8", "--engine", engine])
+    assert r.exit_code == code and says in r.output

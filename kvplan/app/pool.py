@@ -249,7 +249,7 @@ def plan_v1(wf: WorkloadFile, path: Path, serving: Serving, pool: Pool, plain: R
                           "to simulate")
     if sch.preemption != "recompute":
         notes.append("vLLM v1 preempts by recompute only: scheduler.preemption swap is not used")
-    block = min(g.block_size for g in layout.groups)
+    block = layout.block_size
     notes.append(f"simulator: vllm-v1 ({why}); pool: {layout.num_blocks:,} blocks of {block} tokens in "
                  f"{len(layout.groups)} KV cache group(s), from vLLM {choice.version}'s plan as `kvplan fit`")
     inputs = V1Inputs(requests=requests, scheduler=scheduler, layout=layout, offload=offload,

@@ -65,3 +65,33 @@ def test_megamoe_is_non_torch_memory_and_needs_expert_parallelism():
 def test_deepseek_v4_refusals(engine, code, says):
     r = runner.invoke(app, ["fit", "deepseek-v4-flash", "--gpu", "B200", "-tp", "8", "--engine", engine])
     assert r.exit_code == code and says in r.output
+
+
+V4_WORKLOAD = """
+name: v4-flash
+serving: {model: deepseek-v4-flash, gpu: B200, engine: vllm==0.26.0, tensor_parallel_size: 8,
+          enable_expert_parallel: true, kv_cache_dtype: fp8}
+requests:
+  count: 60
+  seed: 0
+  arrival: {process: poisson, rate: 20.0}
+  prompt_tokens: {dist: lognormal, mean: 20000, sigma: 0.8}
+  output_tokens: {dist: lognormal, mean: 100, sigma: 0.6}
+scheduler: {max_model_len: 262144}
+"""
+
+
+def test_simulate_runs_deepseek_v4s_five_groups_from_one_pool(tmp_path):
+    """vLLM's scheduler allocates each of the five groups' blocks (256-token compressed entries, 64-token windows,
+    4- and 8-token compressor states) from the one pool fit plans; prefix caching over groups of different block
+    sizes is not modelled and says how to go on."""
+    path = tmp_path / "w.yaml"
+    path.write_text(V4_WORKLOAD + "sharing: {prefix_caching: false}\n")
+    r = runner.invoke(app, ["simulate", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["kv_cache_groups"] == 5 and out["block_size"] == 256
+    assert out["allocators"]["paged-256"]["completed"] == 60
+    path.write_text(V4_WORKLOAD)
+    r = runner.invoke(app, ["simulate", str(path)])
+    assert r.exit_code == 2 and "sharing.prefix_caching: false" in r.output

@@ -131,6 +131,10 @@ class EngineBudget:
     def non_torch(self, req: FitRequest, setup: Setup) -> int:
         return estimates.non_torch_bytes(req.tp, req.pp)
 
+    def kv_dtype_name(self, req: FitRequest) -> str:
+        """The KV cache dtype the engine runs with (``auto``: the model's)."""
+        return resolve_kv_dtype(req.spec, req.kv_dtype).name
+
     def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:
         """Buffers the engine allocates with the weights (in what it logs as the model's load), on every GPU."""
         return 0
@@ -266,7 +270,7 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
         unused = max(0, cap.stage.memory_bytes - c.weights - c.draft - c.lora - c.activation - c.non_torch
                      - c.cuda_graph - cap.kv_cache_bytes)
     return FitResult(
-        engine=budget.engine, gpu=req.gpu, tp=req.tp, pp=req.pp, kv_dtype=resolve_kv_dtype(req.spec, req.kv_dtype).name,
+        engine=budget.engine, gpu=req.gpu, tp=req.tp, pp=req.pp, kv_dtype=budget.kv_dtype_name(req),
         weight_dtype=weights.format if weights else "given", max_model_len=cap.max_model_len,
         breakdown=Breakdown(weights=c.weights, activation=c.activation, non_torch=c.non_torch,
                             cuda_graph=c.cuda_graph, kv_cache=cap.kv_cache_bytes, unused=unused, draft_weights=c.draft,

@@ -288,6 +288,10 @@ class VLLMBudget(EngineBudget):
                                                hidden=req.spec.hidden_size, inter=moe.expert_intermediate)
         return out
 
+    def kv_dtype_name(self, req: FitRequest) -> str:
+        """DeepSeek-V4 runs fp8_ds_mla rows whatever --kv-cache-dtype says (check_v4_kv_dtype refuses the others)."""
+        return "fp8_ds_mla" if deepseek_v4.is_v4(req.spec) else super().kv_dtype_name(req)
+
     def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:
         v: _Settings = setup.engine
         if not deepseek_v4.is_v4(req.spec):
@@ -427,7 +431,7 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
     notes = []
     if windowed(layout, rules):
         notes.append(_in_flight_note(req, v))
-    if layout.num_groups > 1:
+    if layout.num_groups > 1 and not layout.packed:
         notes.append(f"vLLM groups the layers into {layout.num_groups} groups of {layout.group_size}; "
                      f"a block spans one layer of each group")
     for padding, layers in layout.padding():
@@ -442,7 +446,7 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
                      f"one pool of {layout.pool_block_bytes:,}-B blocks, fp8_ds_mla rows of 584 B; a request of "
                      f"{setup.max_model_len:,} tokens counts {layout.blocks_per_request(setup.max_model_len, v.in_flight.tokens):,} "
                      "blocks in the logged concurrency (the window and state groups at their admission bound)")
-    if layout.tensor_pages:
+    if layout.tensor_pages and not layout.packed:
         notes.append(f"layers of one attention type with different page sizes share one group: a block costs "
                      f"{layout.pool_block_bytes:,} B, the sum of their pages")
     if not v.hybrid and any(isinstance(x, AttentionLayer) and x.kind is not LayerKind.FULL for x in spec.layers):

@@ -125,6 +125,13 @@ class CacheLayout:
         if not self.groups:
             raise InputError("a cache layout needs at least one KV cache group")
 
+    @property
+    def block_size(self) -> int:
+        """The block size the pool is named by (paged-<block size>): its full-attention groups' (DeepSeek-V4's window
+        and state groups keep smaller blocks of their own), else the smallest group's."""
+        full = [g.block_size for g in self.groups if g.kind == FULL]
+        return min(full or [g.block_size for g in self.groups])
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffloadConfig:

@@ -88,7 +88,7 @@ def _allocator_name(inputs) -> str:  # type: ignore[no-untyped-def]
     alloc = inputs.allocator
     if alloc is not None and not alloc.paged:
         return alloc.name
-    return f"paged-{min(g.block_size for g in inputs.layout.groups)}"
+    return f"paged-{inputs.layout.block_size}"
 
 
 def _notes(sim, memory: Shares | None) -> tuple[str, ...]:  # type: ignore[no-untyped-def]

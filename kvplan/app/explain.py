@@ -4,6 +4,8 @@ says which figure comes from which)."""
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,13 +101,25 @@ def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPU
             f"GPU of {said}: no catalog GPU within 2% of it; pass --gpu to name one")
 
 
+_HF_CACHE_DIR = re.compile(r"(?:^|/)models--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:/|$)")
+
+
+def _hub_id(model: str | None) -> str | None:
+    """A model the log names by its Hugging Face cache folder (``.../hub/models--ORG--NAME/snapshots/REV``, as a
+    server started from a downloaded snapshot prints it) as the hub id ORG/NAME; any other name as it is."""
+    if model is None:
+        return None
+    found = _HF_CACHE_DIR.search(model)
+    return f"{found.group(1)}/{found.group(2)}" if found else model
+
+
 def _predict(log: VLLMLog, model: str | None, gpu: GPUSpec | None, *, tp: int | None, engine: str | None,
              max_num_seqs: int | None, fetch: bool | None, revision: str | None, weight_dtype: str) -> Prediction:
     from kvplan.core.capacity.explain import Replay
     from kvplan.core.capacity.fit import fit
     from kvplan.io.models import resolve_model
 
-    ref = model or log.model
+    ref = model or _hub_id(log.model)
     if ref is None or gpu is None:
         why = ("the log names no model (no 'Initializing ... LLM engine' line); pass --model NAME" if ref is None
                else "the log gives no GPU memory (pass --gpu or --gpu-memory)")
@@ -202,6 +216,13 @@ def _profile(log: VLLMLog, engine: str | None) -> tuple[EngineProfile, str | Non
     return (v0_variant(choice.profile) if log.generation == "V0" else choice.profile), note
 
 
+def _moe_backend(log: VLLMLog) -> str:
+    """The log's --moe-backend where kvplan counts what it allocates (DeepGEMM MegaMoE), else auto."""
+    from kvplan.core.engines.vllm.deepseek_v4 import MOE_BACKENDS
+
+    return log.moe_backend if log.moe_backend in MOE_BACKENDS else "auto"
+
+
 def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile, *, tp: int | None,
              max_num_seqs: int | None, weight_dtype: str = "auto", drafter=None) -> FitRequest:  # type: ignore[no-untyped-def]
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
@@ -211,7 +232,7 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                       pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
                       expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
-                      kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                      moe_backend=_moe_backend(log), kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                       gpu_memory_utilization=log.gpu_memory_utilization,
                       max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
                       enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,

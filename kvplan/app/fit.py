@@ -125,6 +125,8 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
     auto_fit = max_model_len == -1
     if auto_fit and choice.name != "vllm":
         raise InputError(f"--max-model-len -1 (auto-fit) is vLLM's; {choice.name} takes a length")
+    if moe_backend != "auto" and choice.name != "vllm":
+        raise InputError(f"--moe-backend is vLLM's; {choice.name} takes none (leave it out)")
     resolved = resolve_model(model, fetch=fetch, revision=revision)
     spec = resolved.spec
     ext = extras(spec, choice, speculative=speculative, sglang_speculative=sglang_speculative, lora=lora, pp=pp,

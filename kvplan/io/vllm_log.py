@@ -85,6 +85,7 @@ class VLLMLog:
     data_parallel_size: int | None = None
     decode_context_parallel_size: int | None = None
     enable_expert_parallel: bool | None = None
+    moe_backend: str | None = None
     kv_cache_dtype: str | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
@@ -168,7 +169,7 @@ _ARG_FIELDS: dict[str, tuple[str, type]] = {
     "block_size": ("block_size", int), "max_num_batched_tokens": ("max_num_batched_tokens", int),
     "max_num_seqs": ("max_num_seqs", int), "enforce_eager": ("enforce_eager", bool),
     "data_parallel_size": ("data_parallel_size", int), "enable_expert_parallel": ("enable_expert_parallel", bool),
-    "decode_context_parallel_size": ("decode_context_parallel_size", int),
+    "decode_context_parallel_size": ("decode_context_parallel_size", int), "moe_backend": ("moe_backend", str),
     "enable_prefix_caching": ("enable_prefix_caching", bool),
 }
 # One 'key': value pair of a literal kvplan reads, for a dict that literal_eval refuses as a whole (a value

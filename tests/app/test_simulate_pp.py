@@ -65,7 +65,7 @@ def test_a_constant_step_is_one_stages_time_and_says_so(tmp_path):
 @pytest.mark.parametrize("serving, match", [
     ("model: gemma3-27b, gpu: H100-80GB, engine: vllm==0.33.0, pipeline_parallel_size: 2", "sliding layers"),
     ("model: deepseek-v4-pro, gpu: B200, engine: vllm==0.33.0, tensor_parallel_size: 8, "
-     "pipeline_parallel_size: 2", "compressed"),
+     "pipeline_parallel_size: 2", "DeepSeek-V4 under pipeline parallelism"),
     ("model: llama3.1-8b, gpu: H100-80GB, engine: vllm==0.26.0, pipeline_parallel_size: 2", "0.27.0"),
 ])
 def test_what_pipeline_stages_are_not_simulated_for(tmp_path, serving, match):

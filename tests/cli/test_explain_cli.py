@@ -334,3 +334,13 @@ def test_a_speculative_start_is_predicted_with_its_drafter():
                   "--engine", "vllm==0.20.1", "--weight-dtype", "int4-g128")
     notes = " ".join(out["notes"])
     assert "speculative decoding (mtp, 3 tokens)" in notes and "Add 3 padding layers" in notes
+
+
+def test_deepseek_v4_flash_tp8_start_predicted_from_the_log_alone():
+    """vllm-project/vllm#51454 (tests/fixtures/vllm_logs/SOURCES.md): the model named by its Hugging Face cache folder,
+    the flags from the non-default args (--moe-backend deep_gemm_mega_moe among them), the GPU given: the KV tokens
+    within 2% of the logged 21,419,891."""
+    out = explain("v0_25_0_deepseek_v4_flash_b200_tp8_megamoe.log", "--gpu", "B200")
+    tokens = rows(out)["KV cache tokens"]
+    assert tokens["logged"] == 21_419_891
+    assert abs(tokens["predicted_error_frac"]) < 0.02

@@ -102,7 +102,7 @@ def what_if(req: FitRequest, base: FitResult) -> list[WhatIf]:
         options.append((f"--max-model-len {shorter}", dataclasses.replace(req, max_model_len=shorter)))
         options.append(("--allow-long-max-model-len", dataclasses.replace(req, allow_long_max_model_len=True)))
         return _fitted(options)
-    if base.kv_dtype not in ("fp8_e4m3", "fp8_e5m2", "int4", "nvfp4"):
+    if base.kv_dtype not in ("fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "int4", "nvfp4"):
         options.append(("--kv-cache-dtype fp8", dataclasses.replace(req, kv_dtype="fp8")))
     for tp in (req.tp * 2, req.tp * 4):
         if tp <= MAX_TP_IN_NODE and _tp_allowed(req, tp):

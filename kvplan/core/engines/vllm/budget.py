@@ -48,7 +48,7 @@ from kvplan.core.engines.vllm.dcp import check_dcp
 from kvplan.core.engines.vllm.profiles import (Bitsandbytes, CudaGraphs, VLLMRules, batch_defaults, blackwell_class, capture_sizes,
                                               default_seqs, mla_block)
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer, ModelSpec
-from kvplan.errors import InputError
+from kvplan.errors import ConfigError, InputError
 
 
 def kv_layout(layers: list[Layer], req: FitRequest, block_size: int, *, hybrid: bool = True) -> KVLayout | None:
@@ -218,9 +218,16 @@ class VLLMBudget(EngineBudget):
         if req.moe_backend not in deepseek_v4.MOE_BACKENDS:
             raise InputError(f"--moe-backend {req.moe_backend!r}: kvplan models {', '.join(deepseek_v4.MOE_BACKENDS)} "
                              "(other backends: leave it at auto)")
-        if req.moe_backend == deepseek_v4.MEGA_MOE_BACKEND and not (v4 and req.expert_parallel):
+        if req.moe_backend == deepseek_v4.MEGA_MOE_BACKEND and not v4:
+            raise InputError("--moe-backend deep_gemm_mega_moe is DeepSeek-V4's (MegaMoE runs its FP4 experts and "
+                             "routing only); leave it at auto")
+        if req.moe_backend == deepseek_v4.MEGA_MOE_BACKEND and not req.expert_parallel:
             raise InputError("--moe-backend deep_gemm_mega_moe runs DeepSeek-V4's routed experts with expert "
                              "parallelism only (DeepseekV4MoE): add --enable-expert-parallel, or leave it at auto")
+        if v4 and req.pp > 1:
+            raise ConfigError("DeepSeek-V4 under pipeline parallelism: vLLM groups its caches over every stage's layers "
+                             "and gives each worker its share, which kvplan does not model (it plans a stage's own "
+                             "layers); plan with -pp 1 (tensor or data parallel)")
         block_size = resolve_block_size(rules, req.block_size, req.attention_backend,
                                         has_mla=req.spec.has_layer(MLALayer), sparse=req.spec.sparse_mla, v4=v4)
         check_v4_kv_dtype(rules, req.spec.layers, req.kv_dtype, profile.version)
@@ -360,8 +367,9 @@ def _plan_capacity(req: FitRequest, setup: Setup, pools: list[_StagePool], bindi
     return Capacity(
         stage=binding, max_model_len=max_len, kv_cache_bytes=max(0, kv), block_size=layout.block_size,
         page_size_bytes=layout.pool_block_bytes, num_blocks=blocks,
-        # DeepSeek-V4's groups draw blocks of one pool by their own block sizes: its tokens are vLLM's logged figure
-        kv_cache_tokens=plan.logged_kv_cache_tokens if layout.packed
+        # DeepSeek-V4's groups draw blocks of one pool by their own block sizes: its tokens are requests of
+        # max_model_len at vLLM's concurrency (what 0.20.1 and later log)
+        kv_cache_tokens=int(plan.max_concurrency * max_len) if layout.packed
         else blocks // layout.num_groups * layout.min_block_size * layout.dcp,
         max_concurrency=plan.max_concurrency,
         max_model_len_fit=plan.estimated_max_model_len, reasons=tuple(reasons),
@@ -439,10 +447,14 @@ def _plan_notes(req: FitRequest, setup: Setup, pools: list[_StagePool], layout: 
         notes.append(f"vLLM warns \"Add {padding} padding layers, may waste at most {100 * padding / layers:.2f}% KV "
                      f"cache memory\": {layers} layers of a type fill {-(-layers // layout.group_size)} groups of "
                      f"{layout.group_size}")
-    if layout.packed:
+    if layout.packed and layout.num_groups == 1:
+        notes.append(f"DeepSeek-V4 without the hybrid manager: every window and state cache is sized as growing, "
+                     f"{layout.buckets[0].num_layers} caches of {layout.block_size} tokens a block in one group, "
+                     f"{layout.pool_block_bytes:,} B a block")
+    elif layout.packed:
         groups = ", ".join(f"{b.num_layers} x {b.block_size}" + (f" (window {b.window})" if b.window else "")
                            for b in layout.buckets)
-        notes.append(f"DeepSeek-V4: vLLM packs {layout.num_groups} cache groups (layers x tokens a block: {groups}) in "
+        notes.append(f"DeepSeek-V4: vLLM packs {layout.num_groups} cache groups (caches x tokens a block: {groups}) in "
                      f"one pool of {layout.pool_block_bytes:,}-B blocks, fp8_ds_mla rows of 584 B; a request of "
                      f"{setup.max_model_len:,} tokens counts {layout.blocks_per_request(setup.max_model_len, v.in_flight.tokens):,} "
                      "blocks in the logged concurrency (the window and state groups at their admission bound)")

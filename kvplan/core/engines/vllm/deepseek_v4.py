@@ -19,12 +19,15 @@ them to every release it plans DeepSeek-V4 with, 0.20.0 on, the others not read 
   include/deep_gemm/layout/mega_moe.cuh, with max_num_batched_tokens tokens a rank).
 
 Held against a public start: vllm-project/vllm#51454 (DeepSeek-V4-Flash-0731 on 8 x B200, 0.25.0, TP 8 and
-DP 8, both with expert parallelism and MegaMoE): tests/core/engines/test_vllm_deepseek_v4.py.
+DP 8, both with expert parallelism and MegaMoE): tests/cli/test_fit_deepseek_v4.py.
 """
 
 from __future__ import annotations
 
+import math
+
 from kvplan.core.spec import CompressedLayer, ModelSpec
+from kvplan.errors import ConfigError
 
 MiB = 1 << 20
 FP32 = 4
@@ -52,8 +55,12 @@ def is_v4(spec: ModelSpec) -> bool:
 
 
 def _config(spec: ModelSpec, key: str, default: int) -> int:
+    """A whole-number key of the model's config (``default`` where it is absent)."""
     value = spec.raw_config.get(key, default)
-    return int(value) if isinstance(value, (int, float)) else default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+            or value != int(value):
+        raise ConfigError(f"{spec.name}: config key {key} must be a whole number >= 0 (got {value!r})")
+    return int(value)
 
 
 def loaded_buffers(spec: ModelSpec, *, max_num_batched_tokens: int) -> int:

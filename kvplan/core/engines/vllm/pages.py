@@ -92,7 +92,10 @@ class VLLMEngine(PagedEngine):
         check_block_size(profile if profile is not None else newest(), block_size)
 
     def model_block_size(self, spec: ModelSpec, block_size: int | None, profile: Any) -> tuple[int | None, str | None]:
-        """MLA models run with the release's forced block size on Hopper (FlashMLA; VLLMRules.mla_block_size)."""
+        """MLA models run with the release's forced block size on Hopper (FlashMLA; VLLMRules.mla_block_size);
+        DeepSeek-V4's compressed caches with 256-token blocks (kvplan.core.engines.vllm.plan.resolve_block_size)."""
+        if any(isinstance(x, CompressedLayer) for x in spec.layers):
+            return block_size or 256, None if block_size else "vLLM uses 256-token blocks for DeepSeek-V4's compressed caches"
         if not any(isinstance(x, MLALayer) for x in spec.layers):
             return block_size, None
         from kvplan.core.engines.vllm.profiles import MlaGivenBlock, mla_block, newest

@@ -29,6 +29,7 @@ from kvplan.errors import ConfigError, InputError
 
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
 KERNEL_BLOCK_ALIGN = 16
+V4_MAX_BLOCK = 512  # the largest DeepSeek-V4 block size recorded against vLLM's own planning (tests/fixtures)
 V4_KERNEL_BLOCK = 256  # DeepSeek-V4's FlashMLA and indexer kernels' block (0.33.0 customize_attention_spec)
 MLA_HYBRID_BLOCK_ALIGN = 128  # 0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size (MLA + Mamba)
 
@@ -361,10 +362,13 @@ def _most_common(specs: list) -> int:
 
 def _split(specs: list, ways: int) -> list[list]:
     """A group of specs dealt into ``ways`` groups by rows (one spec of each page size a row), row k to group
-    k mod ways (``layer_tuples[i::n]``)."""
+    k mod ways (``layer_tuples[i::n]``); the page sizes must be equally many (vLLM asserts it)."""
     by_page: dict[int, list] = {}
     for x in specs:
         by_page.setdefault(x.page, []).append(x)
+    if len({len(v) for v in by_page.values()}) != 1:
+        raise ConfigError("DeepSeek-V4: a cache group with unequal counts of its page sizes cannot be split as vLLM "
+                          "splits it (not modelled)")
     rows = list(zip(*by_page.values()))
     return [[x for row in rows[k::ways] for x in row] for k in range(ways)]
 
@@ -379,8 +383,14 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
     from kvplan.core.engines.vllm.rules import V4Pool
 
     if rules.v4_pool is V4Pool.NONE:
-        raise ConfigError(f"{name}: this vLLM release has no DeepSeek-V4 model; pin --engine vllm==0.25.0 or later")
+        raise ConfigError(f"{name}: this vLLM release has no DeepSeek-V4 model; pin --engine vllm==0.20.0 or later")
     ratio = max(layer.compress_ratio for layer in layers)
+    if not ratio:
+        raise ConfigError(f"{name}: a DeepSeek-V4 stage with window-only layers and no compressed cache is not "
+                          "modelled (vLLM groups the caches over every stage's layers)")
+    if block_size > V4_MAX_BLOCK:
+        raise ConfigError(f"{name}: kvplan has held DeepSeek-V4's pool against vLLM's own planning at block sizes up to "
+                          f"{V4_MAX_BLOCK}; --block-size {block_size} is not modelled")
     if block_size < ratio or block_size % ratio:
         # 0.33.0: a compressed page of block_size // ratio entries, 0 below the ratio (ZeroDivisionError at startup)
         raise ConfigError(f"{name}: vLLM's DeepSeek-V4 caches need --block-size a multiple of {ratio} (the largest "
@@ -642,7 +652,7 @@ def check_v4_kv_dtype(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...],
     from kvplan.core.engines.vllm.rules import V4Pool
 
     if rules.v4_pool is V4Pool.NONE:
-        raise ConfigError(f"vLLM {version} has no DeepSeek-V4 model; pin --engine vllm==0.25.0 or later")
+        raise ConfigError(f"vLLM {version} has no DeepSeek-V4 model; pin --engine vllm==0.20.0 or later")
     name = kv_dtype.strip().lower()
     if name in V4_FP8_NAMES or (name == "auto" and rules.v4_auto_fp8):
         return
@@ -670,8 +680,9 @@ def logged_kv_cache_tokens(rules: VLLMRules, blocks: int, layout: KVLayout, conc
         return int(concurrency * max_len), "int(max concurrency x max_model_len)"
     dcp = f" x dcp {layout.dcp}" if layout.dcp > 1 else ""  # 'Multiplying the GPU KV cache size by the dcp_world_size'
     if rules.capacity_log is CapacityLog.BLOCKS_PER_GROUP:
+        smallest = f" (the smallest group's, {layout.min_block_size})" if layout.packed else ""
         return (blocks // layout.num_groups * layout.min_block_size * layout.dcp,
-                f"num_blocks // layer groups x block_size{dcp}")
+                f"num_blocks // layer groups x block_size{smallest}{dcp}")
     if rules.capacity_log is CapacityLog.BLOCKS_X_BLOCK:
         return blocks * layout.min_block_size * layout.dcp, f"num_blocks x block_size{dcp}"
     return blocks * layout.min_block_size, "V0 logs '# GPU blocks' only: num_blocks x block_size"

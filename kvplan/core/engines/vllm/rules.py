@@ -165,7 +165,7 @@ class V4Pool(str, Enum):
     # 0.20.0-0.22.x: as SUMMED, but a block is the most layer tuples of a group x the compressed group's distinct
     # page sizes (what SUMMED's startup check charges a page)
     TUPLES = "tuples"
-    # 0.25.0-0.26.x (vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_groups, _get_kv_cache_config_packed,
+    # 0.23.0-0.26.x (vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_groups, _get_kv_cache_config_packed,
     # get_max_concurrency_for_kv_cache_config): a window/state page is padded up to the next compressed-entry page;
     # a block holds the most layers of each page size any group has; the logged concurrency weighs each group's
     # pages by its page bytes over the compressed group's; the startup check counts layer tuples x the distinct

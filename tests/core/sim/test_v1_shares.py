@@ -161,6 +161,9 @@ def test_the_books_are_a_slot_by_slot_recount_at_every_step(data, groups, contig
     for q, i in zip(reqs, range(n)):
         final = min(q.prompt_len + q.output[1], mml) - 1
         got = [c for (_, j), c in reached.items() if j == i]
+        if not got:  # admitted, prefilled in one step and done with its one output token: never running at a check
+            assert q.output[1] == 1 and q.prompt_len <= mnbt, q
+            continue
         assert len(got) == 1 and final <= got[0] <= final + extra, (q, got)
     assert sum(getattr(r, f) for f in SHARES) == pytest.approx(1.0, abs=1e-12)
 

@@ -165,13 +165,15 @@ def _speculative(req, result: FitResult) -> Speculative | None:  # type: ignore[
         return None
     from kvplan.core.engines import get_engine
     from kvplan.core.sizing import size_kv
+    from kvplan.core.spec import CompressedLayer
 
     def per_token(layers) -> int:  # type: ignore[no-untyped-def]
         if not layers:
             return 0
         part = dataclasses.replace(req.spec, layers=tuple(layers))
-        return size_kv(part, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=result.kv_dtype,
-                       tp=req.tp).per_gpu_bytes
+        # DeepSeek-V4's fp8_ds_mla rows are vLLM's layout: the ideal engine sizes them as fp8
+        kv = "fp8" if result.kv_dtype == "fp8_ds_mla" and req.spec.has_layer(CompressedLayer) else result.kv_dtype
+        return size_kv(part, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=kv, tp=req.tp).per_gpu_bytes
 
     held = [layer for layer in req.spec.layers if layer.holds_tokens]
     return Speculative(method=d.method, num_speculative_tokens=d.num_speculative_tokens, draft_kv_layers=d.kv_layers,

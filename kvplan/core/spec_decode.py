@@ -22,9 +22,11 @@ Pure: no I/O. The weights' bytes are counted by kvplan.core.weights (the layer) 
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
-from kvplan.core.spec import Layer, LayerKind, ModelSpec
+from kvplan.core.spec import CompressedLayer, Layer, LayerKind, ModelSpec
 from kvplan.errors import InputError
 
 # vLLM's names of the MTP method by model, each now an alias of "mtp" (0.33.0 config/speculative.py, MTPModelTypes)
@@ -92,17 +94,23 @@ def drafter(spec: ModelSpec, method: str, num_speculative_tokens: int, *, mtp_ow
     if num_speculative_tokens % n:
         raise InputError(f"num_speculative_tokens {num_speculative_tokens} must be a multiple of {spec.name}'s {n} MTP "
                          "layers (vLLM config/speculative.py: 'must be divisible by n_predict')")
-    full = [i for i, layer in enumerate(spec.layers) if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+    full = [i for i, layer in enumerate(spec.layers) if layer.kind in (LayerKind.FULL, LayerKind.MLA,
+                                                                        LayerKind.COMPRESSED)]
     if not full:
         raise InputError(f"{spec.name} has no full-attention layer for an MTP layer to copy")
     last = full[-1]
+    kv_layer = spec.layers[last]
+    if isinstance(kv_layer, CompressedLayer):
+        # DeepSeek-V4's MTP layer sits past num_hidden_layers, where vLLM reads compress_ratio 1: its sliding window
+        # only (vllm/models/deepseek_v4/attention.py; one more window cache, as vLLM's own planning shows)
+        kv_layer = dataclasses.replace(kv_layer, compress_ratio=0, overlap=False, indexer_head_dim=0, indexer_heads=0)
     hidden = spec.hidden_size
     # the projection of [embedding, hidden] (2h -> h) and three norms (h each): DeepSeek's eh_proj is a plain
     # nn.Linear, whole on every rank (deepseek_mtp.py); Qwen3-Next's and Qwen 3.5's fc a ColumnParallelLinear, split
     # over TP (vLLM 0.20.0 qwen3_next_mtp.py, qwen3_5_mtp.py)
     split_fc = spec.model_type in _MTP_SPLIT_FC or _text(spec).get("model_type") in _MTP_SPLIT_FC
     fc, norms = 2 * hidden * hidden, 3 * hidden
-    layers = (spec.layers[last],) * n
+    layers = (kv_layer,) * n
     tokens = f"{num_speculative_tokens} token{'s' if num_speculative_tokens > 1 else ''}"
     return Drafter(method="mtp", num_speculative_tokens=num_speculative_tokens, layers=layers,
                    repeat_layers=(last,) * n, extra_whole_params=n * (norms + (0 if split_fc else fc)),

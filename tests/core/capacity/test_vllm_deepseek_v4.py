@@ -17,6 +17,7 @@ import pytest
 from kvplan.core.engines.vllm import deepseek_v4
 from kvplan.core.engines.vllm.plan import plan_vllm
 from kvplan.core.profiles import parse_engine
+from kvplan.core.spec_decode import drafter
 from kvplan.errors import ConfigError
 from kvplan.io.models import load_model
 
@@ -25,7 +26,6 @@ GiB = 1 << 30
 # What kvplan does not model, each named: the recorded cases that use it are left out, and counted below.
 UNMODELLED = {
     "layout": "FlashInfer's plain-row DeepSeek-V4 layout (FLASHINFER_MLA_SPARSE_DSV4 on SM100)",
-    "mtp_layers": "the MTP drafter's window cache on DeepSeek-V4",
 }
 
 
@@ -57,7 +57,11 @@ def _plan(release: str, inputs: dict):
     profile = parse_engine(f"vllm=={release}").profile
     batches = profile.rules.max_concurrent_batches(pp=1, async_scheduling=inputs["async_scheduling"],
                                                    v2_runner=False) if profile.rules.in_flight_admission else 1
-    return plan_vllm(load_model(inputs["model"]).layers, inputs["available_memory"], inputs["max_model_len"], profile,
+    spec = load_model(inputs["model"])
+    layers = spec.layers
+    if inputs.get("mtp_layers"):  # the MTP drafter's layers join the target's (kvplan.core.spec_decode.drafter)
+        layers += drafter(spec, "mtp", inputs["mtp_layers"]).layers
+    return plan_vllm(layers, inputs["available_memory"], inputs["max_model_len"], profile,
                      model_dtype="bf16", in_flight_tokens=batches * inputs["max_num_batched_tokens"],
                      kv_dtype=inputs["kv_cache_dtype"], tp=inputs["tp"], block_size=inputs["block_size"],
                      disable_hybrid=bool(inputs.get("disable_hybrid_kv_cache_manager")))

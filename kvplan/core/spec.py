@@ -328,6 +328,11 @@ class ArchShape:
     # kind's attention formula, the dense MLP and the MoE: LongCat-Flash's second dense MLP and zero-expert
     # router columns, DeepSeek-V4's whole token mixer and hyper-connections (kvplan.io.families.mla).
     layer_extra_params: tuple[tuple[int, int], ...] = ()
+    # Per layer, of the whole (replicated) parameters above: those stored in the projections' quantized format
+    # (DeepSeek-V4's fused q/kv down-projection and indexer query: FP8 linears every rank holds whole) and those
+    # held in float32 whatever the model dtype (DeepSeek-V4's hyper-connection mixers); empty: none
+    layer_whole_quantized: tuple[int, ...] = ()
+    layer_whole_fp32: tuple[int, ...] = ()
     mlp_layers: tuple[bool, ...] = ()  # per layer: has the dense MLP (when not MoE); empty: every layer has one
     # Not parameters: the RoPE cos/sin caches the engine builds at load, elements in the model dtype on every GPU
     # (kvplan.io.rope)

@@ -68,6 +68,9 @@ _FORMAT_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "in
                    "gptq": "int4-g128", "fp8_e4m3": "fp8"}
 
 
+FP32_BYTES = 4  # parameters a model keeps in float32 whatever its dtype (ArchShape.layer_whole_fp32)
+
+
 def get_weight_format(name: str) -> WeightFormat:
     key = _FORMAT_ALIASES.get(name.lower(), name.lower())
     try:
@@ -86,6 +89,9 @@ class ParamCounts:
     layers_attn: tuple[int, ...]  # the token mixer's share of layers_split (the rest is the MLP's)
     layers_experts: tuple[int, ...]  # routed-expert weights (split over TP or experts)
     layers_whole: tuple[int, ...]  # norms, routers, replicated down-projections
+    # of layers_whole: held in the projections' format (replicated quantized linears), and in float32
+    layers_whole_fmt: tuple[int, ...] = ()
+    layers_whole_fp32: tuple[int, ...] = ()
     final_norm: int
     extra: int
     tower_split: int = 0  # vision encoder and projector: split over TP
@@ -164,17 +170,22 @@ def _mlp_params(arch: ArchShape, width: int) -> int:
     return mats * h * width + bias
 
 
-_PREFIX: dict[int, tuple[ParamCounts, tuple[list[int], list[int], list[int], list[int]]]] = {}
+_PREFIX: dict[int, tuple[ParamCounts, tuple[list[int], ...]]] = {}
 
 
-def _prefix_sums(counts: ParamCounts) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Running sums of each layer's token-mixer, MLP, routed-expert and whole parameters (memoized by the counts)."""
+def _prefix_sums(counts: ParamCounts) -> tuple[list[int], ...]:
+    """Running sums of each layer's token-mixer, MLP, routed-expert and whole parameters, the whole ones in the model
+    dtype, in the projections' format and in float32 apart (memoized by the counts)."""
     hit = _PREFIX.get(id(counts))
     if hit is not None and hit[0] is counts:
         return hit[1]
-    sums: tuple[list[int], list[int], list[int], list[int]] = ([0], [0], [0], [0])
-    for a, sp, e, w in zip(counts.layers_attn, counts.layers_split, counts.layers_experts, counts.layers_whole):
-        for acc, v in zip(sums, (a, sp - a, e, w)):
+    sums: tuple[list[int], ...] = ([0], [0], [0], [0], [0], [0])
+    n = len(counts.layers_whole)
+    q = counts.layers_whole_fmt or (0,) * n
+    f = counts.layers_whole_fp32 or (0,) * n
+    for a, sp, e, w, wq, w32 in zip(counts.layers_attn, counts.layers_split, counts.layers_experts,
+                                    counts.layers_whole, q, f):
+        for acc, v in zip(sums, (a, sp - a, e, w - wq - w32, wq, w32)):
             acc.append(acc[-1] + v)
     if len(_PREFIX) > 256:
         _PREFIX.clear()
@@ -200,6 +211,8 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
 def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
     h = arch.hidden_size
     split, attn, experts, whole = [], [], [], []
+    whole_fmt: list[int] = []
+    whole_fp32: list[int] = []
     for i, layer in enumerate(spec.layers):
         s, w = _attention_params(layer, arch, spec.num_attention_heads)
         if isinstance(layer, NoCacheLayer) and 0 <= layer.reads_layer < len(spec.layers):
@@ -233,6 +246,8 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         split.append(s)
         experts.append(e)
         whole.append(w)
+        whole_fmt.append(arch.layer_whole_quantized[i] if i < len(arch.layer_whole_quantized) else 0)
+        whole_fp32.append(arch.layer_whole_fp32[i] if i < len(arch.layer_whole_fp32) else 0)
     embedding = arch.vocab_size * h + arch.position_embeddings * h + arch.embedding_extra_params
     return ParamCounts(
         embedding=embedding,
@@ -241,6 +256,8 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         layers_attn=tuple(attn),
         layers_experts=tuple(experts),
         layers_whole=tuple(whole),
+        layers_whole_fmt=tuple(whole_fmt) if any(whole_fmt) else (),
+        layers_whole_fp32=tuple(whole_fp32) if any(whole_fp32) else (),
         final_norm=h * (2 if arch.norm_bias else 1),
         extra=arch.extra_params,
         tower_split=arch.tower.split_params if arch.tower else 0,
@@ -304,12 +321,13 @@ def weight_bytes(
             # one format a part: the parts' sums over the range (prefix sums), grouped as below, the same bytes
             p = _prefix_sums(counts)
             lo, hi = layers.start, layers.stop
-            attn, mlp, experts, whole_n = (p[k][hi] - p[k][lo] for k in range(4))
+            attn, mlp, experts, whole_n, whole_q, whole_32 = (p[k][hi] - p[k][lo] for k in range(6))
             if aranks != ranks:
                 split = fmt.bytes_for(-(-attn // aranks)) + fmt.bytes_for(-(-mlp // ranks))
             else:
                 split = fmt.bytes_for(-(-(attn + mlp) // ranks))
-            return (split + expert_fmt.bytes_for(experts_here(experts, eranks)) + keep_fmt.bytes_for(whole_n))
+            return (split + expert_fmt.bytes_for(experts_here(experts, eranks)) + keep_fmt.bytes_for(whole_n)
+                    + fmt.bytes_for(whole_q) + FP32_BYTES * whole_32)
         by_fmt: dict[tuple[WeightFormat, str], int] = {}
         for i in layers:
             mixer = counts.layers_attn[i]
@@ -320,8 +338,14 @@ def weight_bytes(
                 # over other GPUs than the MLP)
                 key = (f, part if part == "experts" or (part == "attn" and aranks != ranks) else "split")
                 by_fmt[key] = by_fmt.get(key, 0) + n
-        whole = sum(counts.layers_whole[i] for i in layers)
-        return sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
+        whole_32 = sum(counts.layers_whole_fp32[i] for i in layers) if counts.layers_whole_fp32 else 0
+        whole_q: dict[WeightFormat, int] = {}  # replicated quantized linears, in their layer's attention format
+        for i in (layers if counts.layers_whole_fmt else ()):
+            f = fmt if part_fmt is None else (part_fmt(i, "attn") or keep_fmt)
+            whole_q[f] = whole_q.get(f, 0) + counts.layers_whole_fmt[i]
+        whole = sum(counts.layers_whole[i] for i in layers) - sum(whole_q.values()) - whole_32
+        replicated = sum(f.bytes_for(n) for f, n in whole_q.items()) + FP32_BYTES * whole_32
+        return replicated + sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
                                                                                           else ranks)))
                    for (f, part), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
 

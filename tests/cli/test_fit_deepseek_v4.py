@@ -95,3 +95,13 @@ def test_simulate_runs_deepseek_v4s_five_groups_from_one_pool(tmp_path):
     path.write_text(V4_WORKLOAD)
     r = runner.invoke(app, ["simulate", str(path)])
     assert r.exit_code == 2 and "sharing.prefix_caching: false" in r.output
+
+
+@pytest.mark.parametrize(("parallel", "loader_bytes"), [(("-tp", "8"), 21_476_292_636), (("-dp", "8"), 28_064_260_316)])
+def test_deepseek_v4_flash_weights_match_vllms_loader(parallel, loader_bytes):
+    """A tensor-by-tensor count of what vLLM 0.25.0 builds for DeepSeek-V4-Flash (docs/research/deepseek-v4-vllm.md:
+    32 of 256 MXFP4 experts of 13,369,344 B a layer, the FP8 projections split over tp or whole, the replicated FP8
+    fused_wqa_wkv and indexer wq_b, bf16 compressors, gates, embedding and head, fp32 hyper-connection mixers, and
+    0.77 GiB of RoPE, MTP and top-k buffers): kvplan's weights within 0.2%."""
+    out = _fit(*FLAGS, *parallel)
+    assert abs(out["breakdown"]["weights"] / loader_bytes - 1) < 0.002

@@ -219,22 +219,29 @@ def _v4_arch(cfg: Any, layers: tuple[Layer, ...], hidden: int) -> ArchShape:
     moe = MoEShape(num_experts=experts, experts_per_token=cfg.int("num_experts_per_tok"), expert_intermediate=expert,
                    shared_intermediate=cfg.int("n_shared_experts", default=1, minimum=0) * expert)
     hc_mixer = hc * (2 + hc) * (hc * hidden) + hc * (2 + hc) + 3  # fn, base, scale (hc_attn_*, hc_ffn_*)
-    extra = []
+    extra, quantized, fp32 = [], [], []
     for i, layer in enumerate(layers):
         assert isinstance(layer, CompressedLayer)
         split = q_lora * heads * head_dim + o_lora * heads * head_dim + hidden * o_groups * o_lora  # wq_b, wo_a, wo_b
         whole = hidden * q_lora + q_lora + hidden * head_dim + head_dim + heads  # wq_a, q_norm, wkv, kv_norm, sinks
+        # wq_a and wkv are one FP8 linear every rank holds whole (vLLM fused_wqa_wkv, disable_tp), as is the indexer's
+        # wq_b (a ReplicatedLinear); the hyper-connection mixers are float32 (vllm/models/deepseek_v4/model.py, 0.25.0)
+        q = hidden * q_lora + hidden * head_dim
         if layer.compress_ratio:
             c = layer.compressor_channels
             whole += 2 * hidden * c + layer.compress_ratio * c + head_dim  # wkv, wgate, ape, norm
         if layer.indexer_head_dim:
             d, n = layer.indexer_head_dim, layer.indexer_heads
             whole += q_lora * n * d + hidden * n  # wq_b, weights_proj
+            q += q_lora * n * d
             whole += 2 * hidden * 2 * d + layer.compress_ratio * 2 * d + d  # its compressor: wkv, wgate, ape, norm
         whole += 2 * hc_mixer + (experts if i >= hash_layers else 0)  # router bias past the hash-routed layers
         extra.append((split, whole))
+        quantized.append(q)
+        fp32.append(2 * hc_mixer)
     return ArchShape(
         vocab_size=cfg.int("vocab_size"), hidden_size=hidden, tie_word_embeddings=cfg.bool("tie_word_embeddings"),
         moe=moe, moe_layers=(True,) * len(layers), layer_extra_params=tuple(extra),
+        layer_whole_quantized=tuple(quantized), layer_whole_fp32=tuple(fp32),
         extra_params=hc * (hc * hidden) + hc + 1,  # the output head's hyper-connection (hc_head_fn, base, scale)
     )

@@ -17,6 +17,7 @@ vLLM's own unit tests of this, as data, are tests/fixtures/vllm_planning (tests/
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from kvplan.core.dtypes import KVDtype, get_dtype
@@ -352,12 +353,14 @@ def _approximate_gcd(counts: list[int], lower_bound: int) -> int:
     return best
 
 
+def _page_counts(specs: list) -> Counter:
+    """Specs of each page size in a group."""
+    return Counter(x.page for x in specs)
+
+
 def _most_common(specs: list) -> int:
     """Layers of the group's most common page size (get_num_layer_tuples)."""
-    counts: dict[int, int] = {}
-    for x in specs:
-        counts[x.page] = counts.get(x.page, 0) + 1
-    return max(counts.values())
+    return max(_page_counts(specs).values())
 
 
 def _split(specs: list, ways: int) -> list[list]:
@@ -417,18 +420,13 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
                                   f"(a window page of {max(x.page for x in members):,} B exceeds every compressed page)")
             padded = [V4Spec(x.grows, x.block, x.window, min(p for p in growing_pages if p >= x.page), x.token_bytes)
                       for x in members]
-            per_page = {}
-            for x in padded:
-                per_page[x.page] = per_page.get(x.page, 0) + 1
-            groups += _split(padded, cdiv(next(iter(per_page.values())), tuples))
+            groups += _split(padded, cdiv(next(iter(_page_counts(padded).values())), tuples))
     else:
         # 0.33.0 kv_cache_planning.py::_get_packed_kv_cache_groups: a repeat count from the balanced groups (the same
         # count of every page size) only, at least the most layers of a balanced group with several page sizes; each
         # balanced group dealt into cdiv(its most common count, repeat) groups
         def shape(members: list[V4Spec]) -> tuple[bool, int]:
-            counts: dict[int, int] = {}
-            for x in members:
-                counts[x.page] = counts.get(x.page, 0) + 1
+            counts = _page_counts(members)
             return len(set(counts.values())) == 1, len(counts)
 
         candidates = [growing, *bounded.values()]
@@ -442,19 +440,17 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
     buckets = tuple(Bucket(kind=LayerKind.FULL if g[0].grows else LayerKind.SLIDING, window=g[0].window,
                            block_size=g[0].block, num_layers=len(g), num_groups=1,
                            group_page_bytes=sum(x.page for x in g)) for g in groups)
+    # _max_memory_usage_bytes_from_groups (0.25.0, DeepSeek-V4): the startup check charges a page the most layer tuples
+    # of a group x the compressed group's distinct pages (0.20-0.28; from 0.29 a pool block, VLLMRules.v4_check_widest)
+    tuple_check = max(_most_common(g) for g in groups) * sum(growing_pages)
     if summed:
         # _get_kv_cache_config_packed: a block holds, of each page size, the most layers any group has of it
-        slots: dict[int, int] = {}
+        slots: Counter = Counter()
         for g in groups:
-            counts = {}
-            for x in g:
-                counts[x.page] = counts.get(x.page, 0) + 1
-            for page, n in counts.items():
-                slots[page] = max(slots.get(page, 0), n)
+            for page, n in _page_counts(g).items():
+                slots[page] = max(slots[page], n)
         tensors = tuple(page for page, n in sorted(slots.items(), reverse=True) for _ in range(n))
-        # _max_memory_usage_bytes_from_groups (DeepSeek-V4): the most layer tuples of a group x the distinct pages of
-        # the compressed group, a page of each group
-        check = max(_most_common(g) for g in groups) * sum(growing_pages)
+        check = tuple_check
         if rules.v4_pool is V4Pool.TUPLES:  # 0.20-0.22: the block is what the check charges a page
             tensors = (check,)
         return KVLayout(page_bytes=sum(tensors), group_size=1, buckets=buckets, tensor_pages=tensors, packed=True,
@@ -467,9 +463,7 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
         for x in (v for layer in layers for v in v4_specs(layer, math.gcd(V4_KERNEL_BLOCK, block_size)) if v.grows):
             stride = math.lcm(stride, x.page)
         widest = cdiv(widest, stride) * stride
-    # 0.27.0-0.28.x still checked a request against 0.25's charge a page (the most layer tuples x the compressed
-    # group's distinct pages); from 0.29.0 a pool block a page (VLLMRules.v4_check_widest)
-    check = 0 if rules.v4_check_widest else (max(_most_common(g) for g in groups) * sum(growing_pages))
+    check = 0 if rules.v4_check_widest else tuple_check
     return KVLayout(page_bytes=widest, group_size=1, buckets=buckets, tensor_pages=(widest,), packed=True,
                     check_block_bytes=check)
 

@@ -101,14 +101,16 @@ def _gpu_for(log: VLLMLog, gpu: str | None, gpu_memory: str | None) -> tuple[GPU
             f"GPU of {said}: no catalog GPU within 2% of it; pass --gpu to name one")
 
 
-_HF_CACHE_DIR = re.compile(r"(?:^|/)models--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:/|$)")
+_HF_CACHE_DIR = re.compile(r"(?:^|/)models--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][A-Za-z0-9_.-]*)"
+                           r"(?:/snapshots/[A-Za-z0-9_.-]+)?/?$")
 
 
 def _hub_id(model: str | None) -> str | None:
-    """A model the log names by its Hugging Face cache folder (``.../hub/models--ORG--NAME/snapshots/REV``, as a
-    server started from a downloaded snapshot prints it) as the hub id ORG/NAME; any other name as it is."""
-    if model is None:
-        return None
+    """A model the log names by a Hugging Face cache folder this machine does not have (``.../hub/models--ORG--NAME``
+    or its ``/snapshots/REV``, as a server started from a downloaded snapshot prints it) as the hub id ORG/NAME; a
+    folder that exists here, and any other name, as it is."""
+    if model is None or Path(model).exists():
+        return model
     found = _HF_CACHE_DIR.search(model)
     return f"{found.group(1)}/{found.group(2)}" if found else model
 
@@ -227,12 +229,13 @@ def _request(spec: ModelSpec, gpu: GPUSpec, log: VLLMLog, profile: EngineProfile
              max_num_seqs: int | None, weight_dtype: str = "auto", drafter=None) -> FitRequest:  # type: ignore[no-untyped-def]
     """The deployment the log started, as a fit question (what the log leaves out: the release's defaults)."""
     from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.spec import CompressedLayer
 
     kv_dtype = log.kv_cache_dtype if log.kv_cache_dtype and log.kv_cache_dtype != "auto" else "auto"
     return FitRequest(spec=spec, gpu=gpu, engine="vllm", tp=tp or log.tensor_parallel_size or 1,
                       pp=log.pipeline_parallel_size or 1, dp=log.data_parallel_size or 1,
                       expert_parallel=bool(log.enable_expert_parallel), dcp=log.decode_context_parallel_size or 1,
-                      moe_backend=_moe_backend(log), kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                      moe_backend=_moe_backend(log) if spec.has_layer(CompressedLayer) else "auto", kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                       gpu_memory_utilization=log.gpu_memory_utilization,
                       max_model_len=log.max_seq_len or log.concurrency_tokens, block_size=log.block_size,
                       enforce_eager=bool(log.enforce_eager), max_num_batched_tokens=log.max_num_batched_tokens,

@@ -171,9 +171,12 @@ def _speculative(req, result: FitResult) -> Speculative | None:  # type: ignore[
         if not layers:
             return 0
         part = dataclasses.replace(req.spec, layers=tuple(layers))
-        # DeepSeek-V4's fp8_ds_mla rows are vLLM's layout: the ideal engine sizes them as fp8
-        kv = "fp8" if result.kv_dtype == "fp8_ds_mla" and req.spec.has_layer(CompressedLayer) else result.kv_dtype
-        return size_kv(part, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=kv, tp=req.tp).per_gpu_bytes
+        if req.spec.has_layer(CompressedLayer):
+            # DeepSeek-V4: vLLM's fp8_ds_mla rows, sized as fp8 by the ideal engine; a token's share of a sequence of
+            # max_model_len (its windows and compressor state are per sequence, not per token)
+            n = max(1, result.max_model_len)
+            return size_kv(part, get_engine("ideal"), batch=1, seq_len=n, kv_dtype="fp8", tp=req.tp).per_gpu_bytes // n
+        return size_kv(part, get_engine("ideal"), batch=1, seq_len=1, kv_dtype=result.kv_dtype, tp=req.tp).per_gpu_bytes
 
     held = [layer for layer in req.spec.layers if layer.holds_tokens]
     return Speculative(method=d.method, num_speculative_tokens=d.num_speculative_tokens, draft_kv_layers=d.kv_layers,

@@ -344,3 +344,26 @@ def test_deepseek_v4_flash_tp8_start_predicted_from_the_log_alone():
     tokens = rows(out)["KV cache tokens"]
     assert tokens["logged"] == 21_419_891
     assert abs(tokens["predicted_error_frac"]) < 0.02
+
+
+def test_a_hugging_face_cache_folder_names_its_hub_id_only_where_it_is_not_here(tmp_path):
+    """A log's model path ``.../hub/models--ORG--NAME[/snapshots/REV]`` is read as ORG/NAME when the folder is not on
+    this machine; a folder that is (its own config.json), and a path that only passes through such a folder, stay
+    paths."""
+    from kvplan.app.explain import _hub_id
+
+    here = tmp_path / "hub" / "models--acme--private" / "snapshots" / "abc"
+    here.mkdir(parents=True)
+    assert _hub_id(str(here)) == str(here)
+    assert _hub_id("/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/7872f01b") == \
+        "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert _hub_id("/data/hub/models--Qwen--Qwen3-8B/") == "Qwen/Qwen3-8B"
+    assert _hub_id("/ft/models--Qwen--Qwen3-8B/llama-finetune") == "/ft/models--Qwen--Qwen3-8B/llama-finetune"
+    assert _hub_id("meta-llama/Llama-3.1-8B") == "meta-llama/Llama-3.1-8B"
+
+
+def test_a_models_moe_backend_from_the_log_applies_to_deepseek_v4_only():
+    """--model names another model than the log's DeepSeek-V4: the log's deep_gemm_mega_moe (DeepSeek-V4's) is left
+    out rather than refused."""
+    out = explain("v0_25_0_deepseek_v4_flash_b200_tp8_megamoe.log", "--gpu", "B200", "--model", "deepseek-v3")
+    assert rows(out)["KV cache tokens"]["predicted"] is not None

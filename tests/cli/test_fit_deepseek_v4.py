@@ -105,3 +105,13 @@ def test_deepseek_v4_flash_weights_match_vllms_loader(parallel, loader_bytes):
     0.77 GiB of RoPE, MTP and top-k buffers): kvplan's weights within 0.2%."""
     out = _fit(*FLAGS, *parallel)
     assert abs(out["breakdown"]["weights"] / loader_bytes - 1) < 0.002
+
+
+def test_mtp_on_deepseek_v4_adds_a_window_cache_and_a_layers_weights():
+    """The MTP layer sits past num_hidden_layers, where vLLM reads compress ratio 1: a window cache of its own, no
+    compressed entries, so nothing a token at 1M tokens; the target's bytes a token are a sequence's share."""
+    out = _fit(*FLAGS, "-tp", "8", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')
+    spec = out["speculative"]
+    assert spec["draft_kv_layers"] == 1 and spec["draft_kv_bytes_per_token"] == 0
+    assert 3_000 < spec["model_kv_bytes_per_token"] < 4_000  # about 3,443 B: 21 CSA + 20 HCA layers' entries and keys
+    assert out["breakdown"]["draft_weights"] > 0

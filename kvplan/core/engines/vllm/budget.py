@@ -36,8 +36,8 @@ from kvplan.core.engines.vllm.plan import (  # noqa: F401  (the planning API, im
     max_concurrency,
     plan_stages,
     plan_vllm,
-    check_v4_kv_dtype,
     resolve_block_size,
+    v4_kv_dtype,
 )
 from kvplan.core.dtypes import KVDtype
 from kvplan.core.gpus import GPUSpec
@@ -214,7 +214,7 @@ class VLLMBudget(EngineBudget):
             raise InputError(f"vLLM {profile.version} does not load bitsandbytes checkpoints ({req.spec.name}): 0.28.0 "
                              "removed the method; plan with --engine vllm==0.27.0, or serve a GPTQ, AWQ or "
                              "compressed-tensors checkpoint")
-        v4 = req.spec.has_layer(CompressedLayer)
+        v4 = deepseek_v4.is_v4(req.spec)
         if req.moe_backend not in deepseek_v4.MOE_BACKENDS:
             raise InputError(f"--moe-backend {req.moe_backend!r}: kvplan models {', '.join(deepseek_v4.MOE_BACKENDS)} "
                              "(other backends: leave it at auto)")
@@ -230,8 +230,7 @@ class VLLMBudget(EngineBudget):
                              "layers); plan with -pp 1 (tensor or data parallel)")
         block_size = resolve_block_size(rules, req.block_size, req.attention_backend,
                                         has_mla=req.spec.has_layer(MLALayer), sparse=req.spec.sparse_mla, v4=v4)
-        check_v4_kv_dtype(rules, req.spec.layers, req.kv_dtype, profile.version)
-        kv_dtype = resolve_kv_dtype(req.spec, "fp8" if v4 else req.kv_dtype)  # V4: fp8_ds_mla rows whatever is given
+        kv_dtype = resolve_kv_dtype(req.spec, v4_kv_dtype(rules, req.spec.layers, req.kv_dtype, profile.version))
         check_layout_dtype(rules, kv_dtype, profile.version)
         mnbt = req.max_num_batched_tokens or batch_defaults(rules, req.gpu, max_model_len)[0]
         max_num_seqs = req.max_num_seqs or default_seqs(rules, req.gpu, max_model_len, mnbt)
@@ -296,7 +295,7 @@ class VLLMBudget(EngineBudget):
         return out
 
     def kv_dtype_name(self, req: FitRequest) -> str:
-        """DeepSeek-V4 runs fp8_ds_mla rows whatever --kv-cache-dtype says (check_v4_kv_dtype refuses the others)."""
+        """DeepSeek-V4 runs fp8_ds_mla rows whatever --kv-cache-dtype says (v4_kv_dtype refuses the others)."""
         return "fp8_ds_mla" if deepseek_v4.is_v4(req.spec) else super().kv_dtype_name(req)
 
     def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:

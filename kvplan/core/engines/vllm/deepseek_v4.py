@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+from kvplan.core.engines.base import cdiv
 from kvplan.core.spec import CompressedLayer, ModelSpec
 from kvplan.errors import ConfigError
 
@@ -42,12 +43,8 @@ _MEGA_BLOCK_M = (8, 16, 32, 64, 96, 128, 192)
 _MEGA_LCM = 384
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _align(x: int, a: int) -> int:
-    return _cdiv(x, a) * a
+    return cdiv(x, a) * a
 
 
 def is_v4(spec: ModelSpec) -> bool:
@@ -84,7 +81,7 @@ def indexer_workspace(spec: ModelSpec, *, max_model_len: int, max_num_batched_to
         rows = max_model_len * PREFILL_BUFFER_PER_TOKEN // ratio
         gather = _align(rows * index_dim, 256) + _align(rows * (index_dim // 128) * FP32, 256) + RADIX_TOPK_BYTES
     head_dim = max((x.head_dim for x in layers), default=0)
-    warmup = 4 * (_cdiv(max_model_len, 4) + 128 + max_num_batched_tokens) * head_dim * BF16
+    warmup = 4 * (cdiv(max_model_len, 4) + 128 + max_num_batched_tokens) * head_dim * BF16
     return max(gather, warmup)
 
 

@@ -95,7 +95,8 @@ class VLLMEngine(PagedEngine):
         """MLA models run with the release's forced block size on Hopper (FlashMLA; VLLMRules.mla_block_size);
         DeepSeek-V4's compressed caches with 256-token blocks (kvplan.core.engines.vllm.plan.resolve_block_size)."""
         if any(isinstance(x, CompressedLayer) for x in spec.layers):
-            return block_size or 256, None if block_size else "vLLM uses 256-token blocks for DeepSeek-V4's compressed caches"
+            return (block_size or V4_ENTRY_BLOCK,
+                    None if block_size else f"vLLM uses {V4_ENTRY_BLOCK}-token blocks for DeepSeek-V4's compressed caches")
         if not any(isinstance(x, MLALayer) for x in spec.layers):
             return block_size, None
         from kvplan.core.engines.vllm.profiles import MlaGivenBlock, mla_block, newest

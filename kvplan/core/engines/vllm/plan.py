@@ -24,6 +24,7 @@ from kvplan.core.dtypes import KVDtype, get_dtype
 from kvplan.core.engines import get_engine
 from kvplan.core.engines.base import cdiv
 from kvplan.core.profiles import EngineProfile
+from kvplan.core.engines.vllm.pages import V4_ENTRY_BLOCK
 from kvplan.core.engines.vllm.profiles import CapacityLog, PagePadding, VLLMRules, check_block_size, mla_block
 from kvplan.core.spec import AttentionLayer, CompressedLayer, Layer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import ConfigError, InputError
@@ -31,7 +32,6 @@ from kvplan.errors import ConfigError, InputError
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, every release read
 KERNEL_BLOCK_ALIGN = 16
 V4_MAX_BLOCK = 512  # the largest DeepSeek-V4 block size recorded against vLLM's own planning (tests/fixtures)
-V4_KERNEL_BLOCK = 256  # DeepSeek-V4's FlashMLA and indexer kernels' block (0.33.0 customize_attention_spec)
 MLA_HYBRID_BLOCK_ALIGN = 128  # 0.33.0: vllm/platforms/interface.py::_align_hybrid_block_size (MLA + Mamba)
 
 # Kernel block sizes of vLLM's MLA backends (0.20.0: each backend's get_supported_kernel_block_sizes):
@@ -59,7 +59,7 @@ def resolve_block_size(rules: VLLMRules, block_size: int | None, attention_backe
     if v4:
         if attention_backend is not None:
             raise InputError("DeepSeek-V4 runs its own attention backends in vLLM; leave --attention-backend out")
-        return block_size or V4_KERNEL_BLOCK
+        return block_size or V4_ENTRY_BLOCK
     if attention_backend is None:
         if has_mla:
             return mla_block(rules, block_size, sparse=sparse)[0]
@@ -456,11 +456,11 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
         return KVLayout(page_bytes=sum(tensors), group_size=1, buckets=buckets, tensor_pages=tensors, packed=True,
                         check_block_bytes=check, weighted=True)
     widest = max(b.group_page_bytes for b in buckets)
-    if rules.v4_stride_align and V4_KERNEL_BLOCK % block_size:
+    if rules.v4_stride_align and V4_ENTRY_BLOCK % block_size:
         # 0.33.0 v1/worker/utils.py::customize_attention_spec: a compressed spec's block stride a multiple of its
         # page at the kernel's 256 tokens, so a block of 512 rounds up to the lcm of those pages
         stride = 1
-        for x in (v for layer in layers for v in v4_specs(layer, math.gcd(V4_KERNEL_BLOCK, block_size)) if v.grows):
+        for x in (v for layer in layers for v in v4_specs(layer, math.gcd(V4_ENTRY_BLOCK, block_size)) if v.grows):
             stride = math.lcm(stride, x.page)
         widest = cdiv(widest, stride) * stride
     check = 0 if rules.v4_check_widest else tuple_check
@@ -617,9 +617,7 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
     ``in_flight_tokens``: what a sliding/chunked layer admits (max_num_batched_tokens, times the batches in
     flight from 0.26); ``auto_fit``: max_model_len = -1, searched up to ``max_model_len``."""
     rules: VLLMRules = profile.rules
-    check_v4_kv_dtype(rules, layers, kv_dtype, profile.version)
-    if any(isinstance(x, CompressedLayer) for x in layers):
-        kv_dtype = "fp8"  # fp8_ds_mla rows, whatever was given (check_v4_kv_dtype)
+    kv_dtype = v4_kv_dtype(rules, layers, kv_dtype, profile.version)
     dtype = get_dtype(model_dtype if kv_dtype == "auto" else kv_dtype)
     check_layout_dtype(rules, dtype, profile.version)
     if block_size is not None:
@@ -638,18 +636,19 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
 V4_FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_ds_mla")  # what _resolve_dsv4_kv_cache_dtype turns into fp8_ds_mla
 
 
-def check_v4_kv_dtype(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...], kv_dtype: str, version: str) -> None:
-    """DeepSeek-V4's caches are fp8_ds_mla rows whatever the dtype, and vLLM refuses any but fp8 (``auto`` too before
-    VLLMRules.v4_auto_fp8): vllm/models/deepseek_v4/attention.py::_resolve_dsv4_kv_cache_dtype."""
+def v4_kv_dtype(rules: VLLMRules, layers: list[Layer] | tuple[Layer, ...], kv_dtype: str, version: str) -> str:
+    """The KV dtype to plan ``layers`` with: ``kv_dtype``, or for DeepSeek-V4 fp8 (its caches are fp8_ds_mla rows
+    whatever the dtype), refusing what vLLM refuses: any but fp8, ``auto`` too before VLLMRules.v4_auto_fp8
+    (vllm/models/deepseek_v4/attention.py::_resolve_dsv4_kv_cache_dtype)."""
     if not any(isinstance(x, CompressedLayer) for x in layers):
-        return
+        return kv_dtype
     from kvplan.core.engines.vllm.rules import V4Pool
 
     if rules.v4_pool is V4Pool.NONE:
         raise ConfigError(f"vLLM {version} has no DeepSeek-V4 model; pin --engine vllm==0.20.0 or later")
     name = kv_dtype.strip().lower()
     if name in V4_FP8_NAMES or (name == "auto" and rules.v4_auto_fp8):
-        return
+        return "fp8"
     from kvplan.core.engines.vllm.profiles import VLLM_PROFILES
 
     since = next((p.version for p in VLLM_PROFILES if p.rules.v4_auto_fp8), None)

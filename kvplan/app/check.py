@@ -4,6 +4,7 @@ prints), and judged (kvplan.core.budgets)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ def measure(budget: Budget, origin: Path) -> Measured:
 
 
 def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
+    from kvplan.app.size import sizing_dtype
     from kvplan.core.engines import engine_for
     from kvplan.core.sizing import size_kv
 
@@ -82,10 +84,12 @@ def _measure_size(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[st
     # one GPU holds its rank's share of the batch (cdiv(batch, dp)), each sequence's tokens spread over dcp ranks in
     # blocks of their own (size_kv); with SGLang's DP attention the ranks are groups of tp // dp inside the tp GPUs
     dp_attention = budget.enable_dp_attention and dp > 1
-    r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=budget.kv_cache_dtype, tp=tp, pp=pp,
+    sized, stored = sizing_dtype(spec, choice, engine, budget.kv_cache_dtype)
+    r = size_kv(spec, engine, batch=budget.batch, seq_len=seq_len, kv_dtype=sized, tp=tp, pp=pp,
                 dp=1 if dp_attention else dp, dcp=dcp)
+    r = dataclasses.replace(r, kv_dtype=stored) if stored else r
     mine = r if not dp_attention else size_kv(
-        spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len, kv_dtype=budget.kv_cache_dtype,
+        spec, engine, batch=-(-budget.batch // dp), seq_len=seq_len, kv_dtype=sized,
         tp=tp // dp if tp % dp == 0 else tp, pp=pp)
     per_gpu = mine.per_gpu_bytes
     out.update(max_kv_bytes_per_token=r.bytes_per_token, max_kv_bytes=r.total_bytes, max_kv_bytes_per_gpu=per_gpu)

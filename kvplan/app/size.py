@@ -89,7 +89,10 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
     seq, defaulted = resolve_seq_len(spec, seq_len)
     parallel = _parallel_notes(spec, choice, eng, tp=tp, dp=dp, dcp=dcp, batch=batch, seq_len=seq,
                                kv_cache_dtype=kv_cache_dtype)
-    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, dcp=dcp)
+    sized, stored = sizing_dtype(spec, choice, eng, kv_cache_dtype)
+    result = size_kv(spec, eng, batch=batch, seq_len=seq, kv_dtype=sized, tp=tp, pp=pp, dp=dp, dcp=dcp)
+    if stored:
+        result = dataclasses.replace(result, kv_dtype=stored)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq,
                                                        kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp)
     if dcp > 1:  # the token states themselves: each token once on tp / dcp ranks, no rank's share rounded up
@@ -101,6 +104,17 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
                       model_notes=tuple(size_notes(spec, seq)),
                       engine_notes=tuple(n for n in (choice.note, engine_note, uneven, draft_note, *parallel) if n),
                       hub=resolved.hub, drafter=drafted)
+
+
+def sizing_dtype(spec: ModelSpec, choice: EngineChoice, engine: Any, kv_dtype: str) -> tuple[str, str | None]:
+    """The KV dtype to size ``spec`` with under ``choice``, and the name of what the engine stores where it is not
+    that dtype (vLLM keeps DeepSeek-V4's caches as fp8_ds_mla rows and refuses any other --kv-cache-dtype, and
+    releases before 0.20.0: kvplan.core.engines.vllm.plan.v4_size_dtype); None where it is."""
+    if choice.name != "vllm" or choice.profile is None:
+        return kv_dtype, None
+    from kvplan.core.engines.vllm.plan import v4_size_dtype
+
+    return v4_size_dtype(choice.profile, spec.layers, kv_dtype, engine.block_size, spec.name)
 
 
 def resolve_seq_len(spec: ModelSpec, seq_len: int | None) -> tuple[int, bool]:

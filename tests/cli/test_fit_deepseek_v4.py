@@ -115,3 +115,32 @@ def test_mtp_on_deepseek_v4_adds_a_window_cache_and_a_layers_weights():
     assert spec["draft_kv_layers"] == 1 and spec["draft_kv_bytes_per_token"] == 0
     assert 3_000 < spec["model_kv_bytes_per_token"] < 4_000  # about 3,443 B: 21 CSA + 20 HCA layers' entries and keys
     assert out["breakdown"]["draft_weights"] > 0
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--engine", "vllm==0.25.0"), "fp8 KV cache only"),  # auto is fp8 from 0.30.0 only
+    (("--engine", "vllm==0.19.0"), "no DeepSeek-V4"),
+    (("--engine", "vllm", "--kv-cache-dtype", "fp16"), "fp8 KV cache only"),
+    (("--engine", "vllm", "--kv-cache-dtype", "fp8", "--block-size", "1024"), "block sizes up to 512"),
+    (("--engine", "vllm", "--kv-cache-dtype", "fp8", "--block-size", "64"), "a multiple of 128"),
+])
+def test_size_refuses_what_fit_refuses(args, says):
+    r = runner.invoke(app, ["size", "deepseek-v4-flash", "--batch", "4", "--seq-len", "100000", *args])
+    f = runner.invoke(app, ["fit", "deepseek-v4-flash", "--gpu", "B200", "-tp", "8", *args])
+    assert r.exit_code == f.exit_code == 2 and says in r.output and says in f.output
+
+
+def test_size_and_check_name_what_vllm_stores(tmp_path):
+    """vLLM keeps DeepSeek-V4's caches as fp8_ds_mla rows (584 B an entry) whatever fp8 spelling is given, so size
+    names that layout and check offers no "fp8 halves it" for it."""
+    sized = [json.loads(runner.invoke(app, ["size", "deepseek-v4-flash", "--batch", "4", "--seq-len", "100000",
+                                            "--engine", "vllm", "--kv-cache-dtype", d, "--json"]).output)
+             for d in ("auto", "fp8", "fp8_e4m3")]
+    assert {s["kv_cache_dtype"] for s in sized} == {"fp8_ds_mla"}
+    assert len({s["total_bytes"] for s in sized}) == 1
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(json.dumps({"budgets": [{
+        "name": "v4", "model": "deepseek-v4-flash", "gpu": "B200", "engine": "vllm", "tensor_parallel_size": 8,
+        "batch": 4, "seq_len": 100000, "require": {"max_kv_bytes": 1}}]}))
+    r = runner.invoke(app, ["check", str(budgets)])
+    assert r.exit_code == 1 and "fp8_ds_mla" in r.output and "halves" not in r.output

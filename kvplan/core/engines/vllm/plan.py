@@ -387,17 +387,10 @@ def v4_layout(layers: list[CompressedLayer], rules: VLLMRules, block_size: int, 
 
     if rules.v4_pool is V4Pool.NONE:
         raise ConfigError(f"{name}: this vLLM release has no DeepSeek-V4 model; pin --engine vllm==0.20.0 or later")
-    ratio = max(layer.compress_ratio for layer in layers)
-    if not ratio:
+    if not max(layer.compress_ratio for layer in layers):
         raise ConfigError(f"{name}: a DeepSeek-V4 stage with window-only layers and no compressed cache is not "
                           "modelled (vLLM groups the caches over every stage's layers)")
-    if block_size > V4_MAX_BLOCK:
-        raise ConfigError(f"{name}: kvplan has held DeepSeek-V4's pool against vLLM's own planning at block sizes up to "
-                          f"{V4_MAX_BLOCK}; --block-size {block_size} is not modelled")
-    if block_size < ratio or block_size % ratio:
-        # 0.33.0: a compressed page of block_size // ratio entries, 0 below the ratio (ZeroDivisionError at startup)
-        raise ConfigError(f"{name}: vLLM's DeepSeek-V4 caches need --block-size a multiple of {ratio} (the largest "
-                          f"compress ratio); {block_size} does not start")
+    check_v4_block(layers, block_size, name)
     if not hybrid:
         return _v4_unified(layers, rules, block_size, name)
     specs = [x for layer in layers for x in v4_specs(layer, block_size)]
@@ -631,6 +624,30 @@ def plan_vllm(layers: list[Layer] | tuple[Layer, ...], available_bytes: int, max
                           mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens)
     return plan_stages([(layout, available_bytes)], rules, max_model_len, in_flight_tokens=in_flight_tokens,
                        num_gpu_blocks_override=num_gpu_blocks_override, auto_fit=auto_fit)
+
+
+def check_v4_block(layers: list[Layer] | tuple[Layer, ...], block_size: int, name: str = "model") -> None:
+    """Refuse a DeepSeek-V4 block size vLLM does not start with, or that kvplan has not held against its planning."""
+    ratio = max((x.compress_ratio for x in layers if isinstance(x, CompressedLayer)), default=0)
+    if block_size > V4_MAX_BLOCK:
+        raise ConfigError(f"{name}: kvplan has held DeepSeek-V4's pool against vLLM's own planning at block sizes up to "
+                          f"{V4_MAX_BLOCK}; --block-size {block_size} is not modelled")
+    if ratio and (block_size < ratio or block_size % ratio):
+        # 0.33.0: a compressed page of block_size // ratio entries, 0 below the ratio (ZeroDivisionError at startup)
+        raise ConfigError(f"{name}: vLLM's DeepSeek-V4 caches need --block-size a multiple of {ratio} (the largest "
+                          f"compress ratio); {block_size} does not start")
+
+
+def v4_size_dtype(profile: EngineProfile, layers: list[Layer] | tuple[Layer, ...], kv_dtype: str,
+                  block_size: int, name: str = "model") -> tuple[str, str | None]:
+    """For sizing under a vLLM release: the KV dtype to size ``layers`` with and, for DeepSeek-V4, the name of what
+    vLLM stores (fp8_ds_mla rows whatever --kv-cache-dtype), refusing what v4_kv_dtype and check_v4_block refuse;
+    (``kv_dtype``, None) for any other model."""
+    if not any(isinstance(x, CompressedLayer) for x in layers):
+        return kv_dtype, None
+    planned = v4_kv_dtype(profile.rules, layers, kv_dtype, profile.version)
+    check_v4_block(layers, block_size, name)
+    return planned, "fp8_ds_mla"
 
 
 V4_FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_ds_mla")  # what _resolve_dsv4_kv_cache_dtype turns into fp8_ds_mla

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kvplan.errors import InputError
 
 if TYPE_CHECKING:  # the capacity core is imported when a fit runs, not when `kvplan size` starts
-    from kvplan.core.capacity.common import FitResult
+    from kvplan.core.capacity.common import FitResult, SGLangArgs
     from kvplan.core.capacity.fit import FewestGPUs, WhatIf
     from kvplan.core.gpus import GPUSpec
     from kvplan.io.hub import HubConfig
@@ -109,7 +109,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
               moe_backend: str = "auto", concurrency: int | None = None, async_scheduling: bool | None = None,
               mm_limits: dict[str, int] | None = None, speculative: SpeculativeSettings | None = None,
               lora: LoRAFlags | None = None, sglang_speculative: SGLangFlags | None = None,
-              fetch: bool | None = None, revision: str | None = None) -> FitReport:
+              sglang: SGLangArgs | None = None, fetch: bool | None = None, revision: str | None = None) -> FitReport:
     """Fit ``model`` on ``tp`` x ``pp`` GPUs named ``gpu`` or of ``gpu_memory`` (e.g. ``24GiB``; comma-separated
     when they differ), ``dp`` such engines side by side (vLLM data parallelism; ``expert_parallel``: whole experts
     over the dp x tp GPUs), under ``engine`` (``NAME`` or ``NAME==VERSION``). ``max_model_len`` -1 is vLLM's auto-fit
@@ -146,7 +146,7 @@ def fit_model(model: str, *, gpu: str | None = None, gpu_memory: str | None = No
         num_speculative_tokens=num_speculative_tokens, attention_backend=attention_backend, moe_backend=moe_backend,
         auto_fit_max_model_len=auto_fit, allow_long_max_model_len=allow_long_max_model_len,
         async_scheduling=async_scheduling, mm_limits=tuple(sorted((mm_limits or {}).items())),
-        drafter=ext.drafter, lora=ext.lora, sglang_spec=ext.sglang_spec,
+        drafter=ext.drafter, lora=ext.lora, sglang_spec=ext.sglang_spec, **({"sglang": sglang} if sglang else {}),
     )
     result = with_borderline(req, fit(req))
     head = (choice.note,) if choice.note else ()

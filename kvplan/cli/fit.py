@@ -121,6 +121,18 @@ DpAttentionOpt = Annotated[bool, typer.Option("--enable-dp-attention", help=(
 ExpertParallelOpt = Annotated[bool, typer.Option("--enable-expert-parallel", help=(
     "Each GPU holds whole routed experts instead of a share of every expert: over dp x tp GPUs in vLLM, over tp in "
     "SGLang (--ep-size tp) (default: off)."))]
+A2aBackendOpt = Annotated[str, typer.Option("--moe-a2a-backend", help=(
+    "SGLang: none (default), deepep or mooncake: whole experts over the tp GPUs and the shared experts whole on "
+    "each (--enable-deepep-moe before 0.5)."))]
+RedundantExpertsOpt = Annotated[int, typer.Option("--ep-num-redundant-experts", help=(
+    "SGLang: expert copies loaded beside the routed experts, spread whole over the expert-parallel GPUs "
+    "(default 0)."))]
+DenseTpOpt = Annotated[Optional[int], typer.Option("--moe-dense-tp-size", help=(
+    "SGLang: 1 builds the dense MLP layers whole on every GPU (default: split over tp)."))]
+DpLmHeadOpt = Annotated[bool, typer.Option("--enable-dp-lm-head", help=(
+    "SGLang with --enable-dp-attention: the LM head over the attention group (tp // dp) (default: off)."))]
+MaxTotalTokensOpt = Annotated[Optional[int], typer.Option("--max-total-tokens", help=(
+    "SGLang: a cap on the token pool, before its page floor (default: what the memory holds)."))]
 
 
 @app.command(name="fit")
@@ -139,6 +151,11 @@ def fit_cmd(
     expert_parallel: ExpertParallelOpt = False,
     dcp: DecodeContextParallelOption = 1,
     dp_attention: DpAttentionOpt = False,
+    moe_a2a_backend: A2aBackendOpt = "none",
+    redundant_experts: RedundantExpertsOpt = 0,
+    moe_dense_tp: DenseTpOpt = None,
+    dp_lm_head: DpLmHeadOpt = False,
+    max_total_tokens: MaxTotalTokensOpt = None,
     kv_cache_dtype: KvCacheDtypeOption = "auto",
     weight_dtype: WeightDtypeOpt = "auto",
     block_size: BlockSizeOption = None,
@@ -173,6 +190,8 @@ def fit_cmd(
     revision: RevisionOption = None,
 ) -> None:
     """What fits on these GPUs: KV memory, blocks, concurrency, the longest context, and what to change."""
+    from kvplan.core.capacity.common import SGLangArgs
+
     memory = Memory(kv_cache=kv_cache_memory_bytes, weights=weights_memory, activation=activation_memory,
                     non_torch=non_torch_memory, cuda_graph=cuda_graph_memory)
     report = fit_model(
@@ -188,6 +207,8 @@ def fit_cmd(
         lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules),
         sglang_speculative=_sglang_flags(speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
                                          speculative_num_draft_tokens),
+        sglang=SGLangArgs(a2a_backend=moe_a2a_backend, redundant_experts=redundant_experts, dense_tp=moe_dense_tp,
+                          dp_lm_head=dp_lm_head, max_total_tokens=max_total_tokens),
         fetch=fetch, revision=revision)
     say_fetched(report.hub, as_json)
     if as_json:

@@ -42,6 +42,7 @@ from kvplan.errors import ConfigError
 _PART_MODULES = {
     "attn": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"),
     "mlp": ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+    "shared": ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj"),
     "experts": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
 }
 # A vision-language checkpoint nests the text decoder (Mistral3, Gemma 3: language_model.model.layers)
@@ -59,7 +60,8 @@ class QuantRule:
     note: str
 
     def part_fmt(self, layer: int, part: str) -> WeightFormat | None:
-        """The format of one layer's ``attn``, ``mlp`` or ``experts`` weights; None: left in the model dtype."""
+        """The format of one layer's ``attn``, ``mlp``, ``shared`` (experts) or ``experts`` weights; None: left in
+        the model dtype."""
         groups = self.expert_groups if part == "experts" else self.groups
         for module in _PART_MODULES[part]:
             names = [f"{prefix}.{layer}.{module}" for prefix in _LAYER_PREFIXES]

@@ -87,6 +87,7 @@ class ParamCounts:
     lm_head: int  # 0 when tied
     layers_split: tuple[int, ...]  # attention + mixer + MLP weights split over TP
     layers_attn: tuple[int, ...]  # the token mixer's share of layers_split (the rest is the MLP's)
+    layers_shared: tuple[int, ...]  # the shared experts' share of layers_split (the rest of the MLP is dense)
     layers_experts: tuple[int, ...]  # routed-expert weights (split over TP or experts)
     layers_whole: tuple[int, ...]  # norms, routers, replicated down-projections
     # of layers_whole: held in the projections' format (replicated quantized linears), and in float32
@@ -179,13 +180,13 @@ def _prefix_sums(counts: ParamCounts) -> tuple[list[int], ...]:
     hit = _PREFIX.get(id(counts))
     if hit is not None and hit[0] is counts:
         return hit[1]
-    sums: tuple[list[int], ...] = ([0], [0], [0], [0], [0], [0])
+    sums: tuple[list[int], ...] = ([0], [0], [0], [0], [0], [0], [0])
     n = len(counts.layers_whole)
     q = counts.layers_whole_fmt or (0,) * n
     f = counts.layers_whole_fp32 or (0,) * n
-    for a, sp, e, w, wq, w32 in zip(counts.layers_attn, counts.layers_split, counts.layers_experts,
-                                    counts.layers_whole, q, f):
-        for acc, v in zip(sums, (a, sp - a, e, w - wq - w32, wq, w32)):
+    for a, sp, sh, e, w, wq, w32 in zip(counts.layers_attn, counts.layers_split, counts.layers_shared,
+                                        counts.layers_experts, counts.layers_whole, q, f):
+        for acc, v in zip(sums, (a, sp - a - sh, e, w - wq - w32, wq, w32, sh)):
             acc.append(acc[-1] + v)
     if len(_PREFIX) > 256:
         _PREFIX.clear()
@@ -210,7 +211,7 @@ def count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
 
 def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
     h = arch.hidden_size
-    split, attn, experts, whole = [], [], [], []
+    split, attn, shared, experts, whole = [], [], [], [], []
     whole_fmt: list[int] = []
     whole_fp32: list[int] = []
     for i, layer in enumerate(spec.layers):
@@ -222,7 +223,7 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
             s -= h * v_dim + (v_dim if arch.qkv_bias else 0)  # no v_proj: V is the K projection's output
         attn.append(s)
         width = arch.layer_intermediate[i] if i < len(arch.layer_intermediate) else arch.intermediate_size
-        e = 0
+        e = sh = 0
         moe_here = arch.moe is not None and i < len(arch.moe_layers) and arch.moe_layers[i]
         if moe_here:
             assert arch.moe is not None
@@ -232,7 +233,8 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
             e = m.num_experts * per_expert
             w += h * m.num_experts + (m.num_experts if m.bias else 0)  # router
             if m.shared_intermediate:
-                s += mats * h * m.shared_intermediate
+                sh = mats * h * m.shared_intermediate
+                s += sh
                 w += h if m.shared_gate else 0
             if arch.dense_with_moe:
                 s += _mlp_params(arch, width)
@@ -244,6 +246,7 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
             s += arch.layer_extra_params[i][0]
             w += arch.layer_extra_params[i][1]
         split.append(s)
+        shared.append(sh)
         experts.append(e)
         whole.append(w)
         whole_fmt.append(arch.layer_whole_quantized[i] if i < len(arch.layer_whole_quantized) else 0)
@@ -254,6 +257,7 @@ def _count_params(spec: ModelSpec, arch: ArchShape) -> ParamCounts:
         lm_head=0 if arch.tie_word_embeddings else arch.vocab_size * h,
         layers_split=tuple(split),
         layers_attn=tuple(attn),
+        layers_shared=tuple(shared),
         layers_experts=tuple(experts),
         layers_whole=tuple(whole),
         layers_whole_fmt=tuple(whole_fmt) if any(whole_fmt) else (),
@@ -289,6 +293,10 @@ def weight_bytes(
     expert_ranks: int | None = None,
     whole_experts: bool = False,
     attn_ranks: int | None = None,
+    mlp_ranks: int | None = None,
+    shared_ranks: int | None = None,
+    head_ranks: int | None = None,
+    physical_experts: int | None = None,
     repeat: tuple[int, ...] = (),
 ) -> WeightBytes:
     """Bytes of the weights in total and on the most loaded GPU.
@@ -301,7 +309,11 @@ def weight_bytes(
     ``expert_ranks``: the GPUs the routed experts are spread over (default ``tp``; vLLM's data parallelism spreads
     them over dp x tp); ``whole_experts``: each holds whole experts, the most loaded ceil(num_experts / ranks)
     (expert parallelism), rather than a share of every expert; ``attn_ranks``: the GPUs the token mixers and the
-    embedding are split over (default ``tp``; SGLang's data-parallel attention: tp // dp, the rest over tp).
+    embedding are split over (default ``tp``; SGLang's data-parallel attention: tp // dp, the rest over tp);
+    ``mlp_ranks``, ``shared_ranks``, ``head_ranks``: the GPUs the dense MLPs, the shared experts and the LM head are
+    split over (default ``tp``; SGLang's --moe-dense-tp-size 1, an all-to-all MoE backend and --enable-dp-lm-head
+    change them); ``physical_experts``: with ``whole_experts``, the experts loaded over the ranks, redundant copies
+    included (default: the model's).
     ``repeat``: layer indices built once more (an MTP drafter's copies of a decoder layer), in
     ``WeightBytes.repeat_bytes`` and not in the stages' figures.
     """
@@ -309,35 +321,38 @@ def weight_bytes(
     expert_fmt = expert_fmt or fmt
     num_experts = arch.moe.num_experts if arch.moe is not None else 1
 
+    loaded = physical_experts or num_experts
+
     def experts_here(n: int, ranks: int) -> int:
         """Expert parameters on the most loaded of ``ranks`` GPUs (``n``: every expert's, of whole layers)."""
         if whole_experts:
-            return n // num_experts * -(-num_experts // ranks)
+            return n // num_experts * -(-loaded // ranks)
         return -(-n // ranks)
     stages = stages or [range(spec.num_layers)]
 
     def layers_bytes(layers: Iterable[int], ranks: int, eranks: int, aranks: int) -> int:
+        mranks, sranks = mlp_ranks or ranks, shared_ranks or ranks
         if part_fmt is None and isinstance(layers, range) and layers.step == 1:
             # one format a part: the parts' sums over the range (prefix sums), grouped as below, the same bytes
             p = _prefix_sums(counts)
             lo, hi = layers.start, layers.stop
-            attn, mlp, experts, whole_n, whole_q, whole_32 = (p[k][hi] - p[k][lo] for k in range(6))
-            if aranks != ranks:
-                split = fmt.bytes_for(-(-attn // aranks)) + fmt.bytes_for(-(-mlp // ranks))
-            else:
-                split = fmt.bytes_for(-(-(attn + mlp) // ranks))
+            attn, mlp, experts, whole_n, whole_q, whole_32, shared = (p[k][hi] - p[k][lo] for k in range(7))
+            over: dict[int, int] = {}  # parameters by the GPUs they are split over, summed before rounding
+            for n, r in ((attn, aranks), (mlp, mranks), (shared, sranks)):
+                over[r] = over.get(r, 0) + n
+            split = sum(fmt.bytes_for(-(-n // r)) for r, n in over.items())
             return (split + expert_fmt.bytes_for(experts_here(experts, eranks)) + keep_fmt.bytes_for(whole_n)
                     + fmt.bytes_for(whole_q) + FP32_BYTES * whole_32)
-        by_fmt: dict[tuple[WeightFormat, str], int] = {}
+        by_fmt: dict[tuple[WeightFormat, int], int] = {}  # rank count 0: the routed experts
         for i in layers:
-            mixer = counts.layers_attn[i]
-            for part, n, default in (("attn", mixer, fmt), ("mlp", counts.layers_split[i] - mixer, fmt),
-                                     ("experts", counts.layers_experts[i], expert_fmt)):
+            mixer, sh = counts.layers_attn[i], counts.layers_shared[i]
+            for part, n, default, r in (("attn", mixer, fmt, aranks),
+                                        ("mlp", counts.layers_split[i] - mixer - sh, fmt, mranks),
+                                        ("shared", sh, fmt, sranks),
+                                        ("experts", counts.layers_experts[i], expert_fmt, 0)):
                 f = default if part_fmt is None else (part_fmt(i, part) or keep_fmt)
-                # summed by where they are split before rounding to whole bytes (attn apart only when it is split
-                # over other GPUs than the MLP)
-                key = (f, part if part == "experts" or (part == "attn" and aranks != ranks) else "split")
-                by_fmt[key] = by_fmt.get(key, 0) + n
+                # summed by format and by the GPUs they are split over before rounding to whole bytes
+                by_fmt[(f, r)] = by_fmt.get((f, r), 0) + n
         whole_32 = sum(counts.layers_whole_fp32[i] for i in layers) if counts.layers_whole_fp32 else 0
         whole_q: dict[WeightFormat, int] = {}  # replicated quantized linears, in their layer's attention format
         for i in (layers if counts.layers_whole_fmt else ()):
@@ -345,9 +360,8 @@ def weight_bytes(
             whole_q[f] = whole_q.get(f, 0) + counts.layers_whole_fmt[i]
         whole = sum(counts.layers_whole[i] for i in layers) - sum(whole_q.values()) - whole_32
         replicated = sum(f.bytes_for(n) for f, n in whole_q.items()) + FP32_BYTES * whole_32
-        return replicated + sum(f.bytes_for(experts_here(n, eranks) if part == "experts" else -(-n // (aranks if part == "attn"
-                                                                                          else ranks)))
-                   for (f, part), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
+        return replicated + sum(f.bytes_for(experts_here(n, eranks) if r == 0 else -(-n // r))
+                                for (f, r), n in by_fmt.items()) + keep_fmt.bytes_for(whole)
 
     def stage_bytes(layers: range, first: bool, last: bool, ranks: int, eranks: int, aranks: int) -> int:
         out = layers_bytes(layers, ranks, eranks, aranks)
@@ -358,7 +372,7 @@ def weight_bytes(
         if first:
             out += keep_fmt.bytes_for(-(-counts.embedding // aranks)) + keep_fmt.bytes_for(counts.extra)
         if last:
-            out += keep_fmt.bytes_for(-(-counts.lm_head // ranks)) + keep_fmt.bytes_for(counts.final_norm)
+            out += keep_fmt.bytes_for(-(-counts.lm_head // (head_ranks or ranks))) + keep_fmt.bytes_for(counts.final_norm)
             if first is False and counts.lm_head == 0:  # tied head on another stage: vLLM keeps a copy
                 out += keep_fmt.bytes_for(-(-counts.embedding // ranks))
         return out

@@ -20,6 +20,23 @@ from kvplan.errors import ConfigError, InputError
 from kvplan.core.engines.registry import SERVING
 
 
+@dataclass(frozen=True, kw_only=True)
+class SGLangArgs:
+    """SGLang server arguments of large expert-parallel deployments (server_args.py; docs/engines.md "SGLang: data
+    parallel attention"): where the MoE layers' parts live and the token pool's cap."""
+
+    # --moe-a2a-backend (0.5.0 on; --enable-deepep-moe before): an all-to-all backend puts whole experts over the tp
+    # GPUs (ep_size = tp_size) and builds the shared experts whole on every GPU (models/deepseek_v2.py::DeepseekV2MoE)
+    a2a_backend: str = "none"
+    redundant_experts: int = 0  # --ep-num-redundant-experts: expert copies loaded beside the routed experts
+    dense_tp: int | None = None  # --moe-dense-tp-size 1: the dense MLP layers whole on every GPU
+    dp_lm_head: bool = False  # --enable-dp-lm-head: the LM head over the attention-TP group (tp // dp)
+    max_total_tokens: int | None = None  # --max-total-tokens: the token pool's cap, before the page floor
+
+    @property
+    def whole_experts(self) -> bool:
+        return self.a2a_backend != "none"
+
 
 @dataclass(frozen=True, kw_only=True)
 class FitRequest:
@@ -83,6 +100,7 @@ class FitRequest:
     # vLLM: two batches in flight (async scheduling), which doubles what a sliding-window layer admits (from 0.26);
     # None: the release's default (on from 0.14). The same setting `simulate` runs the scheduler with.
     async_scheduling: bool | None = None
+    sglang: SGLangArgs = SGLangArgs()  # SGLang's expert-parallel placements and token cap (defaults: none)
 
     def engine_profile(self) -> Any:
         from kvplan.core.profiles import registry
@@ -243,10 +261,15 @@ def model_weights(req: FitRequest) -> tuple[WeightBytes | None, list[str]]:
     # vLLM (model_executor/layers/fused_moe/config.py::FusedMoEParallelConfig.make): the MoE layers' group spans
     # every DP rank, dp x tp GPUs; without --enable-expert-parallel each expert is split over them, with it each
     # GPU holds whole experts (fused_moe/layer.py::determine_expert_map: the first num_experts % ep one more)
+    sg = req.sglang
+    attn = req.tp // req.dp if req.dp_attention else None
+    moe = spec.arch.moe
     return weight_bytes(spec, arch, fmt=fmt, expert_fmt=expert_fmt, keep_fmt=keep, tp=req.tp, stages=stages,
                         part_fmt=rule.part_fmt if rule else None, expert_ranks=expert_ranks(req),
-                        whole_experts=req.expert_parallel,
-                        attn_ranks=req.tp // req.dp if req.dp_attention else None,
+                        whole_experts=req.expert_parallel or sg.whole_experts, attn_ranks=attn,
+                        mlp_ranks=sg.dense_tp, shared_ranks=1 if sg.whole_experts else None,
+                        head_ranks=attn if sg.dp_lm_head else None,
+                        physical_experts=moe.num_experts + sg.redundant_experts if moe and sg.redundant_experts else None,
                         repeat=req.drafter.repeat_layers if req.drafter is not None else ()), notes
 
 
@@ -307,6 +330,42 @@ def mm_limit(req: FitRequest, modality: str) -> int:
     return dict(req.mm_limits).get(modality, 999)
 
 
+A2A_BACKENDS = ("deepep", "mooncake")  # SGLang 0.5.5's --moe-a2a-backend choices beside none
+
+
+def check_sglang_args(req: FitRequest) -> None:
+    """SGLang's expert-parallel placement flags, refused as SGLang's server_args.py refuses them."""
+    sg = req.sglang
+    if sg == SGLangArgs():
+        return
+    if req.engine != "sglang":
+        raise InputError("--moe-a2a-backend, --ep-num-redundant-experts, --moe-dense-tp-size, --enable-dp-lm-head and "
+                         f"--max-total-tokens are SGLang's; {req.engine} takes none of them (leave them out)")
+    moe = req.spec.arch.moe if req.spec.arch is not None else None
+    if sg.a2a_backend not in ("none", *A2A_BACKENDS):
+        raise InputError(f"--moe-a2a-backend {sg.a2a_backend!r}: kvplan knows none, {', '.join(A2A_BACKENDS)}")
+    if sg.dense_tp not in (None, 1):
+        raise InputError(f"--moe-dense-tp-size {sg.dense_tp}: SGLang takes 1 only ('moe_dense_tp_size only support 1 "
+                         "and None currently', server_args.py)")
+    if (sg.whole_experts or sg.redundant_experts) and moe is None:
+        raise InputError(f"{req.spec.name} has no routed experts: leave --moe-a2a-backend and "
+                         "--ep-num-redundant-experts out")
+    rules = req.engine_profile().rules
+    if (sg.dp_lm_head or sg.redundant_experts) and not getattr(rules, "dp_lm_head", False):
+        raise InputError(f"SGLang {req.engine_profile().version} has no --enable-dp-lm-head or "
+                         "--ep-num-redundant-experts (from 0.4.7); pin --engine sglang==0.4.7 or later")
+    if sg.dp_lm_head and not req.dp_attention:
+        raise InputError("--enable-dp-lm-head needs --enable-dp-attention ('Please enable dp attention when setting "
+                         "enable_dp_lm_head', server_args.py)")
+    if sg.redundant_experts < 0:
+        raise InputError(f"--ep-num-redundant-experts must be >= 0 (got {sg.redundant_experts})")
+    if sg.redundant_experts and not (req.expert_parallel or sg.whole_experts):
+        raise InputError("--ep-num-redundant-experts copies whole experts between expert-parallel ranks: add "
+                         "--enable-expert-parallel or --moe-a2a-backend deepep")
+    if sg.max_total_tokens is not None and sg.max_total_tokens < 1:
+        raise InputError(f"--max-total-tokens must be >= 1 (got {sg.max_total_tokens})")
+
+
 def check_request(req: FitRequest) -> None:
     from kvplan.core.engines import MAX_BLOCK_SIZE
     from kvplan.core.sizing import MAX_PARALLEL, check_positive
@@ -328,6 +387,7 @@ def check_request(req: FitRequest) -> None:
         if req.dp < 2 or req.tp % req.dp:
             raise InputError(f"--enable-dp-attention needs --data-parallel-size above 1 dividing the tensor parallel "
                              f"size {req.tp} (SGLang: 1 < dp-size <= tp-size, attention at tp // dp); got {req.dp}")
+    check_sglang_args(req)
     if req.block_size is not None:
         check_positive("block size", req.block_size, MAX_BLOCK_SIZE)
     util = req.gpu_memory_utilization
@@ -337,7 +397,9 @@ def check_request(req: FitRequest) -> None:
                         ("max_num_batched_tokens", req.max_num_batched_tokens), ("concurrency", req.concurrency)):
         if value is not None and value < 1:
             raise InputError(f"{name} must be >= 1 (got {value})")
-    if req.spec.num_attention_heads % req.tp and req.engine in SERVING:
-        raise InputError(f"{req.engine} needs tensor parallel size {req.tp} to divide the "
+    # SGLang's DP attention splits the heads over the attention-TP group, tp // dp (layers/dp_attention.py)
+    heads_tp = req.tp // req.dp if req.dp_attention else req.tp
+    if req.spec.num_attention_heads % heads_tp and req.engine in SERVING:
+        raise InputError(f"{req.engine} needs tensor parallel size {heads_tp} to divide the "
                          f"{req.spec.num_attention_heads} attention heads; try tp = "
                          + ", ".join(str(d) for d in (1, 2, 4, 8, 16) if req.spec.num_attention_heads % d == 0))

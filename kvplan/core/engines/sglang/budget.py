@@ -106,6 +106,9 @@ class _Pool:
     full_tokens: int
     tokens: int
     mamba_slots: int | None
+    # the bytes the pools take where --max-total-tokens caps them (the rest stays free); None: all of stage.kv_bytes
+    capped_bytes: int | None = None
+    profiled: int = 0  # the tokens the memory holds, before the cap
 
 
 class SGLangBudget(EngineBudget):
@@ -168,10 +171,17 @@ class SGLangBudget(EngineBudget):
             kv_rest = rest - mamba_mem
         cell = full_cell + swa_cell
         tokens = max(0, kv_rest) // cell if cell else 0
+        cap, capped_bytes, profiled = req.sglang.max_total_tokens, None, tokens
+        if cap is not None and tokens > cap:
+            # --max-total-tokens: min(profiled, cap), then the page floor (model_runner.py::init_memory_pool, 0.4.6;
+            # 0.5.5: the same lines); the pools take the capped tokens' cells, the rest of the budget stays free
+            tokens = cap
+            capped_bytes = (rest - kv_rest) + cap // eng.block_size * eng.block_size * cell
         full_tokens = tokens
         if swa_cell and full_cell:
             full_tokens = int(tokens * (full_cell + swa_cell) / (full_cell + SWA_FULL_TOKENS_RATIO * swa_cell))
-        return _Pool(stage=stage, full_tokens=full_tokens, tokens=tokens, mamba_slots=mamba_slots)
+        return _Pool(stage=stage, full_tokens=full_tokens, tokens=tokens, mamba_slots=mamba_slots,
+                     capped_bytes=capped_bytes, profiled=profiled)
 
     def capacity(self, req: FitRequest, setup: Setup, stages: list[Stage]) -> Capacity:
         spec, eng, frac, max_len = req.spec, setup.engine, setup.utilization, setup.max_model_len
@@ -217,6 +227,10 @@ class SGLangBudget(EngineBudget):
             reasons.append(f"the token pools ({full_tokens:,} full, {swa_pool:,} sliding-window tokens) cannot hold "
                            f"one request of {max_len:,} tokens; the longest that fits: --max-model-len {max_fit}")
         notes = []
+        if pool.capped_bytes is not None:
+            notes.append(f"--max-total-tokens {req.sglang.max_total_tokens:,} caps the token pool (floored to pages of "
+                         f"{page}): the memory would hold {pool.profiled:,} tokens; "
+                         f"{(rest - pool.capped_bytes) / GiB:.2f} GiB of the budget stays free")
         reserve = stage.memory_bytes - max(0, rest) - w - nt
         if draft is not None and rest > 0:
             held = draft.bytes + stage.components.draft
@@ -236,7 +250,8 @@ class SGLangBudget(EngineBudget):
                          "mem_fraction_static")
         kv_cells = sum(eng.slot_bytes(x, dtype, attn_tp(req))[0] for x in allocated_layers(spec, stage.layers))
         return Capacity(
-            stage=stage, max_model_len=max_len, kv_cache_bytes=max(0, rest),  # the token pool and any mamba pool
+            stage=stage, max_model_len=max_len,  # the token pool and any mamba pool
+            kv_cache_bytes=max(0, rest) if pool.capped_bytes is None else pool.capped_bytes,
             block_size=page, page_size_bytes=page * kv_cells, num_blocks=tokens // page, kv_cache_tokens=tokens,
             max_concurrency=concurrency, max_model_len_fit=max_fit, reasons=tuple(reasons),
             settings={"mem_fraction_static": frac, "page_size": page,

@@ -28,6 +28,8 @@ class SGLangRules:
     # "both_extra" (both pools = profiled + requests x (steps x topk + draft tokens) + 100, 0.4.6 to 0.5.6),
     # "target" (both pools = the profiled count, 0.5.7 on); the draft's KV and weights come out of the reserve
     spec_pool: str = "draft_extra"
+    # --enable-dp-lm-head and --ep-num-redundant-experts exist (0.4.7 on; neither in 0.4.6's server_args.py)
+    dp_lm_head: bool = False
 
 
 CHECKED_THROUGH = "0.5.10"
@@ -42,21 +44,27 @@ def _profiles() -> tuple[EngineProfile, ...]:
          (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",
           "EAGLE: target and draft pools both hold the profiled tokens + max_running_requests x (steps x topk + "
           "draft tokens) + 100 (0.4.6: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
-        ("0.4.7", SGLangRules(default_fraction="v047", spec_pool="both_extra"),
+        ("0.4.7", SGLangRules(default_fraction="v047", spec_pool="both_extra", dp_lm_head=True),
          (f"by tp x pp up to 80 GiB, else 0.88; above 180,000 MiB 0.79; above 96 GiB a 48 GiB-based rule "
-          f"(0.4.7: {src})",)),
-        ("0.4.8", SGLangRules(default_fraction="by_class", spec_reserve_mib=(2048, 2048), spec_pool="both_extra"),
+          f"(0.4.7: {src})",
+          f"--enable-dp-lm-head (the LM head over the attention-TP group) and --ep-num-redundant-experts (0.4.7: "
+          f"{src}::ServerArgs)")),
+        ("0.4.8", SGLangRules(default_fraction="by_class", spec_reserve_mib=(2048, 2048), spec_pool="both_extra",
+                              dp_lm_head=True),
          (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp, 2 GiB more with speculative "
           f"decoding (0.4.8: {src})",)),
-        ("0.5.3", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="both_extra"),
+        ("0.5.3", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="both_extra",
+                              dp_lm_head=True),
          (f"reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x "
           f"1024, at least 10 GiB above 60 GiB, then 2 GiB for an EAGLE draft, 6 for STANDALONE (0.5.3: "
           f"{src}::_handle_gpu_memory_settings)",)),
-        ("0.5.7", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="target"),
+        ("0.5.7", SGLangRules(default_fraction="reserve", spec_reserve_mib=(2048, 6144), spec_pool="target",
+                              dp_lm_head=True),
          ("EAGLE: both pools hold the profiled tokens, sized on the target's cell alone; the draft's pool and "
           "weights come out of the reserve (0.5.7: python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py; "
           "0.5.6: model_runner.py added requests x (steps x topk + draft tokens) + 100)",)),
-        ("0.5.10", SGLangRules(default_fraction="reserve_piecewise", spec_reserve_mib=(4096, 6144), spec_pool="target"),
+        ("0.5.10", SGLangRules(default_fraction="reserve_piecewise", spec_reserve_mib=(4096, 6144), spec_pool="target",
+                               dp_lm_head=True),
          (f"piecewise CUDA graphs on by default (opt-in up to 0.5.9): the reserve adds 8 MiB a piecewise capture size "
           f"up to chunked_prefill_size, 1.5 GiB for an MLA model, unless they are off (DP attention, pp > 1, a "
           f"multimodal or listed architecture); read through {CHECKED_THROUGH} (0.5.10: "

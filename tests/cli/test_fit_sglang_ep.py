@@ -1,0 +1,113 @@
+"""SGLang's expert-parallel placements (--moe-a2a-backend, --moe-dense-tp-size, --enable-dp-lm-head,
+--ep-num-redundant-experts) and its token cap (--max-total-tokens), against a public decode start."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+from kvplan.core.units import GiB
+
+runner = CliRunner()
+
+# shifangx/Scripts-SGLang, logs_gb200_blog2_fp4/2.fp4_wo-sbo_eplb/launch_server_decode_node_rank_0.log (commit
+# 125544551e, 2025-11-22; lmsysorg/sglang:v0.5.5.post2 on GB200 NVL72, a decode server of 12 nodes). Its
+# server_args line: model_path='nvidia/DeepSeek-R1-0528-FP4', quantization='modelopt_fp4', kv_cache_dtype='fp8_e4m3',
+# mem_fraction_static=0.83, max_total_tokens=3122380, context_length=2176, page_size=64, tp_size=48, dp_size=48,
+# enable_dp_attention=True, enable_dp_lm_head=True, ep_size=48, moe_a2a_backend='deepep', ep_num_redundant_experts=32,
+# moe_dense_tp_size=1, disable_shared_experts_fusion=True. Each rank: 'Load weight end. type=DeepseekV3ForCausalLM,
+# ... mem usage=35.97 GB.', 'KV Cache is allocated. #tokens: 3122368, KV size: 102.18 GB'; rank 0 'Load weight
+# begin. avail mem=179.73 GB' and 'Load weight end ... avail mem=143.75 GB' (SGLang's GB are GiB).
+FLAGS = ("nvidia/DeepSeek-R1-0528-FP4", "--gpu", "GB200", "--engine", "sglang==0.5.5", "-tp", "48", "-dp", "48",
+         "--enable-dp-attention", "--enable-dp-lm-head", "--moe-a2a-backend", "deepep",
+         "--ep-num-redundant-experts", "32", "--moe-dense-tp-size", "1", "--kv-cache-dtype", "fp8_e4m3",
+         "--gpu-memory-utilization", "0.83", "--max-total-tokens", "3122380", "--max-model-len", "2176",
+         "--block-size", "64")
+
+
+def _fit(*args: str) -> dict:
+    r = runner.invoke(app, ["fit", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _without(flag: str, takes_value: bool = True) -> tuple[str, ...]:
+    i = FLAGS.index(flag)
+    return FLAGS[:i] + FLAGS[i + 1 + takes_value:]
+
+
+def test_deepseek_r1_fp4_decode_on_gb200_matches_the_public_start():
+    out = _fit(*FLAGS)
+    # the cap, floored to pages of 64 (model_runner.py::init_memory_pool): 3,122,380 // 64 x 64
+    assert out["kv_cache_tokens"] == 3_122_368
+    assert out["page_size_bytes"] == 64 * 61 * 576  # the fp8 MLA latent of 61 layers, whole on each rank
+    assert out["all_ranks"]["kv_cache_tokens"] == 48 * 3_122_368
+    # the memory holds more than the cap (the log's own figures: 143.75 - 179.73 x 0.17 GiB = 3,459,220 tokens)
+    cap = next(n for n in out["notes"] if n.startswith("--max-total-tokens"))
+    held = int(cap.split("would hold ")[1].split(" tokens")[0].replace(",", ""))
+    assert held > 3_459_220 > 3_122_380
+    # weights: 'mem usage=35.97 GB'; a tensor-by-tensor count of 0.5.5.post2's loader gives 34.94 GiB live
+    assert abs(out["breakdown"]["weights"] / GiB - 35.97) / 35.97 < 0.03
+    assert abs(out["breakdown"]["weights"] / GiB - 34.94) < 0.1
+
+
+def test_each_placement_flag_adds_what_it_replicates():
+    """On one of 48 GPUs: the dense MLPs of layers 0-2 (3 x 3 x 7168 x 18432 NVFP4 parameters, 9/16 B each) whole
+    rather than 1/48; the 58 shared experts (3 x 7168 x 2048 each) whole; the LM head (129280 x 7168 bf16) whole.
+    The 32 redundant experts fill the 48 GPUs evenly: 288 / 48 = 6 a GPU, as 256 / 48 rounds up to."""
+    full = _fit(*FLAGS)["breakdown"]["weights"]
+    fp4 = 9 / 16
+    dense = 3 * 3 * 7168 * 18432 * fp4
+    shared = 58 * 3 * 7168 * 2048 * fp4
+    head = 129280 * 7168 * 2
+    for flag, replicated in (("--moe-dense-tp-size", dense), ("--enable-dp-lm-head", head)):
+        less = _fit(*_without(flag, flag != "--enable-dp-lm-head"))["breakdown"]["weights"]
+        assert abs((full - less) - replicated * 47 / 48) < 1e6, flag
+    plain_ep = _fit(*_without("--moe-a2a-backend"), "--enable-expert-parallel")["breakdown"]["weights"]
+    assert abs((full - plain_ep) - shared * 47 / 48) < 1e6  # DeepEP's shared experts whole on each GPU
+    assert _fit(*_without("--ep-num-redundant-experts"))["breakdown"]["weights"] == full
+
+
+def test_redundant_experts_that_do_not_divide_cost_a_gpu_one_more():
+    """DeepSeek-V3's 256 experts over 8 GPUs: 32 a GPU; with 4 redundant copies 260 / 8 -> 33 on the most loaded."""
+    base = ("deepseek-v3", "--gpu", "H200", "--engine", "sglang", "-tp", "8", "--moe-a2a-backend", "deepep")
+    one = _fit(*base)["breakdown"]["weights"]
+    more = _fit(*base, "--ep-num-redundant-experts", "4")["breakdown"]["weights"]
+    expert = 3 * 7168 * 2048  # FP8 with a 128 x 128 block scale of 4 B
+    assert more - one == pytest.approx(58 * expert * (1 + 4 / (128 * 128)), abs=1e3)
+
+
+def test_a_cap_above_what_the_memory_holds_changes_nothing():
+    base = ("deepseek-v3", "--gpu", "H200", "--engine", "sglang", "-tp", "8", "--max-model-len", "32768")
+    free = _fit(*base)
+    capped = _fit(*base, "--max-total-tokens", str(10 * free["kv_cache_tokens"]))
+    assert capped["kv_cache_tokens"] == free["kv_cache_tokens"]
+    assert capped["breakdown"] == free["breakdown"]
+    low = _fit(*base, "--max-total-tokens", "100000")
+    assert low["kv_cache_tokens"] == 100_000 // free["block_size"] * free["block_size"]
+    assert low["breakdown"]["kv_cache"] == low["kv_cache_tokens"] * low["page_size_bytes"] // low["block_size"]
+    assert low["breakdown"]["unused"] > free["breakdown"]["unused"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--engine", "vllm", "-tp", "8", "--moe-dense-tp-size", "1"), "are SGLang's"),
+    (("--engine", "sglang", "-tp", "8", "--enable-dp-lm-head"), "needs --enable-dp-attention"),
+    (("--engine", "sglang==0.4.6", "-tp", "8", "-dp", "8", "--enable-dp-attention", "--enable-dp-lm-head"),
+     "from 0.4.7"),
+    (("--engine", "sglang", "-tp", "8", "--moe-dense-tp-size", "2"), "takes 1 only"),
+    (("--engine", "sglang", "-tp", "8", "--ep-num-redundant-experts", "8"), "add --enable-expert-parallel"),
+    (("--engine", "sglang", "-tp", "8", "--moe-a2a-backend", "nccl"), "kvplan knows none"),
+    (("--engine", "sglang", "-tp", "8", "--max-total-tokens", "0"), "must be >= 1"),
+])
+def test_placement_flags_are_refused_where_sglang_refuses_them(args, says):
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", *args])
+    assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_a2a_backend_needs_routed_experts():
+    r = runner.invoke(app, ["fit", "llama3.1-8b", "--gpu", "H100-80GB", "--engine", "sglang", "--moe-a2a-backend",
+                            "deepep"])
+    assert r.exit_code == 2 and "no routed experts" in r.output

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvplan.core.spec import ArchShape, Layer, LinearLayer, MoEShape
+from kvplan.core.spec import ArchShape, Layer, LinearLayer, MLALayer, MoEShape
 from kvplan.errors import ConfigError
 
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "opt", "gpt2"}
@@ -103,6 +103,7 @@ def arch_from_config(cfg: Any, *, model_type: str, layers: tuple[Layer, ...], hi
         norms = 4  # pre/post attention and pre/post feed-forward norms
     elif model_type == "phi" or (model_type == "falcon" and not cfg.bool("new_decoder_architecture", False)):
         norms = 1  # one input_layernorm shared by the parallel attention and MLP
+    q_lora = cfg.int("q_lora_rank", default=0, minimum=0)
     return ArchShape(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -119,6 +120,11 @@ def arch_from_config(cfg: Any, *, model_type: str, layers: tuple[Layer, ...], hi
         moe_layers=moe_layers,
         norms_per_layer=norms,
         norm_bias=model_type in _LAYERNORM_WITH_BIAS,
-        q_lora_rank=cfg.int("q_lora_rank", default=0, minimum=0),
+        q_lora_rank=q_lora,
         linear_layer_params=_linear_params(cfg, linear, hidden) if linear else 0,
+        # an MLA layer's q_a_proj and kv_a_proj_with_mqa: linears every rank holds whole, quantized as the
+        # checkpoint's attention is (vLLM models/deepseek_v2.py: ReplicatedLinear / the fused qkv_a projection with
+        # quant_config; SGLang's fused_qkv_a_proj_with_mqa alike); their norms stay in the model dtype
+        layer_whole_quantized=tuple(hidden * (x.kv_lora_rank + x.qk_rope_head_dim) + hidden * q_lora
+                                    if isinstance(x, MLALayer) else 0 for x in layers),
     )

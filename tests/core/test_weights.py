@@ -137,3 +137,20 @@ def test_attention_and_embedding_over_the_attention_groups():
     attn = sum(counts.layers_attn)
     assert dp8 - tp8 == 2 * (attn - -(-attn // 8)) + 2 * (counts.embedding - -(-counts.embedding // 8))
     assert weight_bytes(spec, arch, fmt=bf16, keep_fmt=bf16, tp=8, attn_ranks=8).per_gpu_bytes == tp8
+
+
+def test_mla_down_projections_are_in_the_attentions_format():
+    """DeepSeek-V3's q_a_proj (7168 x 1536) and kv_a_proj_with_mqa (7168 x 576) in each of 61 layers are quantized
+    linears every rank holds whole (vLLM ReplicatedLinear / the fused qkv_a projection with quant_config): in the
+    FP8 checkpoint 1 B a parameter plus a 4 B scale per 128 x 128 block, not the model's bf16."""
+    spec = load_model("deepseek-v3")
+    counts = count_params(spec, spec.arch)
+    down = 61 * 7168 * (1536 + 576)
+    assert sum(counts.layers_whole_fmt) == down
+    fp8, bf16 = get_weight_format("fp8"), get_weight_format("bf16")
+    as_fp8 = weight_bytes(spec, spec.arch, fmt=fp8, keep_fmt=bf16, tp=8).per_gpu_bytes
+    whole_bf16 = bf16.bytes_for(down) - fp8.bytes_for(down)  # what counting them in bf16 would add
+    assert whole_bf16 == pytest.approx(down * (1 - 4 / (128 * 128)), abs=8)
+    # the model without quantization keeps them in bf16: the difference is theirs and the split weights' alone
+    as_bf16 = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=8).per_gpu_bytes
+    assert as_bf16 - as_fp8 > whole_bf16

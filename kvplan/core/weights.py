@@ -321,17 +321,16 @@ def weight_bytes(
     expert_fmt = expert_fmt or fmt
     num_experts = arch.moe.num_experts if arch.moe is not None else 1
 
-    loaded = physical_experts or num_experts
-
     def experts_here(n: int, ranks: int) -> int:
-        """Expert parameters on the most loaded of ``ranks`` GPUs (``n``: every expert's, of whole layers)."""
-        if whole_experts:
-            return n // num_experts * -(-loaded // ranks)
+        """Expert parameters on the most loaded of ``ranks`` GPUs (``n``: every expert's, of whole layers); on one
+        GPU (the model's one copy) the routed experts themselves, redundant copies left out."""
+        if whole_experts and ranks > 1:
+            return n // num_experts * -(-(physical_experts or num_experts) // ranks)
         return -(-n // ranks)
     stages = stages or [range(spec.num_layers)]
 
     def layers_bytes(layers: Iterable[int], ranks: int, eranks: int, aranks: int) -> int:
-        mranks, sranks = mlp_ranks or ranks, shared_ranks or ranks
+        mranks, sranks = (mlp_ranks or ranks, shared_ranks or ranks) if ranks > 1 else (1, 1)
         if part_fmt is None and isinstance(layers, range) and layers.step == 1:
             # one format a part: the parts' sums over the range (prefix sums), grouped as below, the same bytes
             p = _prefix_sums(counts)
@@ -372,7 +371,8 @@ def weight_bytes(
         if first:
             out += keep_fmt.bytes_for(-(-counts.embedding // aranks)) + keep_fmt.bytes_for(counts.extra)
         if last:
-            out += keep_fmt.bytes_for(-(-counts.lm_head // (head_ranks or ranks))) + keep_fmt.bytes_for(counts.final_norm)
+            hranks = head_ranks or ranks if ranks > 1 else 1
+            out += keep_fmt.bytes_for(-(-counts.lm_head // hranks)) + keep_fmt.bytes_for(counts.final_norm)
             if first is False and counts.lm_head == 0:  # tied head on another stage: vLLM keeps a copy
                 out += keep_fmt.bytes_for(-(-counts.embedding // ranks))
         return out

@@ -154,3 +154,15 @@ def test_mla_down_projections_are_in_the_attentions_format():
     # the model without quantization keeps them in bf16: the difference is theirs and the split weights' alone
     as_bf16 = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=8).per_gpu_bytes
     assert as_bf16 - as_fp8 > whole_bf16
+
+
+def test_placements_move_bytes_between_gpus_not_into_the_model():
+    """SGLang's placements (dense MLPs, shared experts and LM head whole, redundant expert copies) weigh on each GPU;
+    the model's one copy (total_bytes) stays what it is."""
+    spec = load_model("deepseek-v3")
+    bf16 = get_weight_format("bf16")
+    plain = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=8, whole_experts=True)
+    placed = weight_bytes(spec, spec.arch, fmt=bf16, keep_fmt=bf16, tp=8, whole_experts=True, attn_ranks=4,
+                          mlp_ranks=1, shared_ranks=1, head_ranks=4, physical_experts=256 + 8)
+    assert placed.total_bytes == plain.total_bytes
+    assert placed.per_gpu_bytes > plain.per_gpu_bytes

@@ -38,6 +38,7 @@ class SGLangFlags:
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    draft_model: str | None = None  # --speculative-draft-model-path: an EAGLE / EAGLE-3 head's checkpoint
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,8 +214,13 @@ def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None
 
         _sglang_spec_release(choice)
         f = sglang_speculative
+        head = None
+        if f.draft_model is not None:
+            from kvplan.io.models import resolve_model
+
+            head = resolve_model(f.draft_model, fetch=fetch).spec
         sglang_spec = sglang_drafter(spec, f.algorithm, num_steps=f.num_steps, topk=f.eagle_topk,
-                                     num_draft_tokens=f.num_draft_tokens)
+                                     num_draft_tokens=f.num_draft_tokens, head=head)
         drafter = sglang_spec.drafter
     settings, lora_note = _lora(choice.name, lora)
     unpinned = (f"SGLang {SGLANG_SPEC_REWRITTEN} and later count the draft in the static budget: these are the rules "

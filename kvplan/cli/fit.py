@@ -85,8 +85,11 @@ SpeculativeConfigOpt = Annotated[Optional[str], typer.Option("--speculative-conf
     "vLLM: speculative decoding as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': "
     "the MTP layers join the KV cache and the weights (default: none)."))]
 SpecAlgorithmOpt = Annotated[Optional[str], typer.Option("--speculative-algorithm", help=(
-    "SGLang: NEXTN (or EAGLE from the model's own MTP layers) or NGRAM: the draft's pool and weights out of the "
-    "reserve (default: none)."))]
+    "SGLang: NEXTN (or EAGLE from the model's own MTP layers), EAGLE or EAGLE3 with "
+    "--speculative-draft-model-path, or NGRAM: the draft's pool and weights out of the reserve (default: none)."))]
+SpecDraftOpt = Annotated[Optional[str], typer.Option("--speculative-draft-model-path", help=(
+    "SGLang: the EAGLE or EAGLE-3 head's checkpoint (a bundled name, hub id or config.json path) (default: the "
+    "model's own MTP layers)."))]
 SpecStepsOpt = Annotated[Optional[int], typer.Option("--speculative-num-steps", help=(
     "SGLang: draft steps (default: SGLang's choice for the architecture, 3 or 5)."))]
 SpecTopkOpt = Annotated[Optional[int], typer.Option("--speculative-eagle-topk", help=(
@@ -173,6 +176,7 @@ def fit_cmd(
     num_speculative_tokens: SpeculativeTokensOpt = 0,
     speculative_config: SpeculativeConfigOpt = None,
     speculative_algorithm: SpecAlgorithmOpt = None,
+    speculative_draft_model_path: SpecDraftOpt = None,
     speculative_num_steps: SpecStepsOpt = None,
     speculative_eagle_topk: SpecTopkOpt = None,
     speculative_num_draft_tokens: SpecDraftTokensOpt = None,
@@ -206,7 +210,7 @@ def fit_cmd(
         mm_limits=parse_mm_limits(limit_mm_per_prompt), speculative=parse_speculative_config(speculative_config),
         lora=_lora_flags(enable_lora, max_loras, max_lora_rank, lora_target_modules),
         sglang_speculative=_sglang_flags(speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
-                                         speculative_num_draft_tokens),
+                                         speculative_num_draft_tokens, speculative_draft_model_path),
         sglang=SGLangArgs(a2a_backend=moe_a2a_backend, redundant_experts=redundant_experts, dense_tp=moe_dense_tp,
                           dp_lm_head=dp_lm_head, max_total_tokens=max_total_tokens),
         fetch=fetch, revision=revision)
@@ -220,13 +224,15 @@ def fit_cmd(
 
 
 def _sglang_flags(algorithm: str | None, steps: int | None, topk: int | None,
-                  drafts: int | None) -> SGLangFlags | None:
+                  drafts: int | None, draft_model: str | None = None) -> SGLangFlags | None:
     if algorithm is None:
-        if steps is not None or topk is not None or drafts is not None:
-            raise typer.BadParameter("--speculative-num-steps, --speculative-eagle-topk and "
-                                     "--speculative-num-draft-tokens go with --speculative-algorithm")
+        if steps is not None or topk is not None or drafts is not None or draft_model is not None:
+            raise typer.BadParameter("--speculative-num-steps, --speculative-eagle-topk, "
+                                     "--speculative-num-draft-tokens and --speculative-draft-model-path go with "
+                                     "--speculative-algorithm")
         return None
-    return SGLangFlags(algorithm=algorithm, num_steps=steps, eagle_topk=topk, num_draft_tokens=drafts)
+    return SGLangFlags(algorithm=algorithm, num_steps=steps, eagle_topk=topk, num_draft_tokens=drafts,
+                       draft_model=draft_model)
 
 
 def _lora_flags(enable: bool, max_loras: int | None, max_rank: int | None, targets: str | None) -> LoRAFlags | None:

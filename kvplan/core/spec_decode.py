@@ -216,8 +216,9 @@ class SGLangSpeculative:
 
 
 def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = None, topk: int | None = None,
-                   num_draft_tokens: int | None = None) -> SGLangSpeculative:
-    """The draft SGLang loads for ``algorithm`` on ``spec`` (module docstring and research section 2)."""
+                   num_draft_tokens: int | None = None, head: ModelSpec | None = None) -> SGLangSpeculative:
+    """The draft SGLang loads for ``algorithm`` on ``spec`` (module docstring and research section 2); ``head``: the
+    checkpoint --speculative-draft-model-path names (an EAGLE or EAGLE-3 head)."""
     algo = algorithm.upper()
     if algo not in SGLANG_ALGORITHMS:
         raise InputError(f"--speculative-algorithm {algorithm!r}: SGLang's are {', '.join(SGLANG_ALGORITHMS)}")
@@ -231,14 +232,28 @@ def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = N
     steps = steps if num_steps is None else num_steps
     k = k if topk is None else topk
     drafts = drafts if num_draft_tokens is None else num_draft_tokens
+    if head is not None and algo not in ("EAGLE", "EAGLE3"):
+        raise InputError(f"--speculative-draft-model-path goes with EAGLE or EAGLE3; {algorithm} takes none")
     if algo == "NGRAM":
         return SGLangSpeculative(algorithm="NGRAM", num_steps=steps, topk=k, num_draft_tokens=drafts,
                                  drafter=Drafter(method="NGRAM", num_speculative_tokens=drafts,
                                                  note="speculative decoding (NGRAM): no draft model, no KV pool"))
+    if head is not None and algo in ("EAGLE", "EAGLE3"):
+        # the head's decoder layers are the draft pool's layers; SGLang's EAGLE worker gives an EAGLE head the
+        # target's embedding and LM head (speculative/eagle_worker.py::EAGLEWorker.__init__: set_embed_and_head),
+        # an EAGLE-3 head the embedding and its own draft-vocabulary head (set_embed), as vLLM's do (head_drafter)
+        d = head_drafter(spec, algo.lower(), drafts, head)
+        note = (f"speculative decoding (SGLang {algo}: {steps} steps, topk {k}, {drafts} draft tokens): the "
+                f"{head.name} head's {len(d.layers)} layer{'s' if len(d.layers) > 1 else ''} in a draft KV pool "
+                "beside the target's, its weights out of the reserve")
+        return SGLangSpeculative(algorithm="EAGLE", num_steps=steps, topk=k, num_draft_tokens=drafts,
+                                 drafter=dataclasses.replace(d, method="EAGLE", num_speculative_tokens=drafts,
+                                                             note=note))
     if algo in ("EAGLE3", "STANDALONE") or (algo == "EAGLE" and arch not in _SGLANG_NEXTN_ARCHS):
-        raise InputError(f"--speculative-algorithm {algorithm}: a draft checkpoint's layers and weights are not "
-                         f"counted yet; kvplan counts NEXTN (and EAGLE from the model's own MTP layers: "
-                         "DeepSeek-V3/V3.2, GLM-4.5+, Qwen3-Next, Qwen 3.5) and NGRAM")
+        raise InputError(f"--speculative-algorithm {algorithm}: give the draft's checkpoint with "
+                         "--speculative-draft-model-path (an EAGLE or EAGLE-3 head); kvplan counts those, NEXTN "
+                         "(and EAGLE from the model's own MTP layers: DeepSeek-V3/V3.2, GLM-4.5+, Qwen3-Next, "
+                         "Qwen 3.5) and NGRAM; a STANDALONE draft model is not counted yet")
     n = 1 if arch in _ONE_MTP_LAYER else mtp_layer_count(spec)
     if n < 1:
         raise InputError(f"{spec.name} has no MTP layers for NEXTN (num_nextn_predict_layers)")

@@ -29,6 +29,7 @@ from kvplan.core.capacity.context import ContextLimit, config_length, rope_facto
 from kvplan.core.engines import engine_for, get_engine
 from kvplan.core.engines.sglang.pages import allocated_layers
 from kvplan.core.engines.sglang.profiles import default_fraction
+from kvplan.core.sizing import pp_stages
 from kvplan.core.spec import AttentionLayer, LayerKind, LinearLayer, MLALayer
 from kvplan.errors import InputError
 
@@ -134,6 +135,9 @@ class SGLangBudget(EngineBudget):
             return get_engine("sglang", block_size=req.block_size), []
         engine, note = engine_for(req.spec, "sglang")  # NSA (sparse-attention) models: 64-token pages
         return engine, [note] if note else []
+
+    def loaded_buffers(self, req: FitRequest, setup: Setup) -> int:
+        return absorbed_mla_bytes(req)
 
     def activation(self, req: FitRequest, setup: Setup, last_stage: bool, *, first_stage: bool = True) -> int:
         # DP attention divides the chunked prefill over the ranks (server_args.py, 0.4.5 on: chunked_prefill_size
@@ -290,8 +294,10 @@ class _DraftPool:
         draft_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in spec.drafter.layers)
         target_cell = sum(eng.slot_bytes(x, dtype, tp)[0] for x in allocated_layers(req.spec, req.spec.layers))
         how = setup.profile.rules.spec_pool
-        # max_running_requests: 48 where speculative decoding leaves it unset (0.4.6 on: server_args.py)
-        reqs = req.max_num_seqs or 48
+        # max_running_requests where it is unset: 48 for speculative decoding from 0.4.5 (server_args.py), before
+        # SGLang's own clamp of the profiled tokens (SGLangRules.spec_requests)
+        own = min(max(int(profiled / setup.max_model_len * 512), 2048), 4096)
+        reqs = req.max_num_seqs or setup.profile.rules.spec_requests or own
         if how == "target":
             return cls(target_tokens=profiled, tokens=profiled, bytes=profiled * draft_cell)
         if how == "draft_extra":  # 0.4.3: the draft's pool = profiled + requests x steps + 100
@@ -380,6 +386,32 @@ DP_ATTENTION_ARCHS = frozenset((
     "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration", "SarvamMLAForCausalLM",
     "SarvamMoEForCausalLM", "SDARForCausalLM", "SDARMoeForCausalLM", "Step3VLForConditionalGeneration",
     "Step3p5ForCausalLM", "KimiK25ForConditionalGeneration"))
+
+
+# The architectures whose SGLang model is DeepseekV2ForCausalLM or a subclass (models/deepseek_v2.py, glm4_moe.py,
+# glm4_moe_lite.py, mistral_large_3.py; Kimi-K2.5's language model, kimi_k25.py), whose post_load_weights absorbs
+# kv_b_proj into w_kc and w_vc
+MLA_ABSORBING_ARCHS = frozenset((
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
+    "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM", "KimiK25ForConditionalGeneration"))
+
+
+def absorbed_mla_bytes(req: FitRequest) -> int:
+    """SGLang's absorbed MLA matrices on one GPU of the most loaded stage: each MLA layer's w_kc [heads, qk_nope,
+    kv_lora] and w_vc [heads, kv_lora, v_head], new contiguous copies beside kv_b_proj, which stays for the prefill
+    path, at the attention TP's heads (models/deepseek_v2.py::DeepseekV2ForCausalLM.post_load_weights, 0.4.6 to
+    0.5.5; 0.5.10: models/deepseek_common/deepseek_weight_loader.py). In bf16 (the model's dtype, or an FP8
+    checkpoint's kv_b_proj dequantized), in FP8 for an FP8 block checkpoint before 0.4.7
+    (SGLangRules.mla_absorbed_fp8). An MTP draft's layer adds one more (not counted)."""
+    arch = (req.spec.raw_config.get("architectures") or ["?"])[0]
+    if arch not in MLA_ABSORBING_ARCHS:
+        return 0
+    fp8 = (req.spec.raw_config.get("quantization_config") or {}).get("quant_method") == "fp8"
+    elt = 1 if fp8 and getattr(req.engine_profile().rules, "mla_absorbed_fp8", False) else 2
+    tp = attn_tp(req)
+    per_layer = [-(-x.num_heads // tp) * x.kv_lora_rank * (x.qk_nope_head_dim + x.v_head_dim) * elt
+                 if isinstance(x, MLALayer) else 0 for x in req.spec.layers]
+    return max(sum(per_layer[r.start:r.stop]) for r in pp_stages(len(per_layer), req.pp))
 
 
 def attn_tp(req: FitRequest) -> int:

@@ -28,8 +28,16 @@ class SGLangRules:
     # "both_extra" (both pools = profiled + requests x (steps x topk + draft tokens) + 100, 0.4.6 to 0.5.6),
     # "target" (both pools = the profiled count, 0.5.7 on); the draft's KV and weights come out of the reserve
     spec_pool: str = "draft_extra"
+    # the requests those pools provision for where --max-running-requests is unset: 48 (0.4.5 on: server_args.py
+    # sets it for EAGLE), or 0: SGLang's own, min(max(profiled / context_len x 512, 2048), 4096) (0.4.3, 0.4.4:
+    # model_runner.py::init_memory_pool)
+    spec_requests: int = 48
     # --enable-dp-lm-head and --ep-num-redundant-experts exist (0.4.7 on; neither in 0.4.6's server_args.py)
     dp_lm_head: bool = False
+    # an FP8 block-quantized MLA checkpoint's absorbed w_kc / w_vc copies kept in FP8 (0.4.6:
+    # block_quant_to_tensor_quant, or DeepGEMM's batched matmul on Hopper); from 0.4.7 dequantized to bf16
+    # (block_quant_dequant) unless SGL_USE_DEEPGEMM_BMM is set
+    mla_absorbed_fp8: bool = False
 
 
 CHECKED_THROUGH = "0.5.10"
@@ -38,9 +46,17 @@ CHECKED_THROUGH = "0.5.10"
 def _profiles() -> tuple[EngineProfile, ...]:
     src = "python/sglang/srt/server_args.py"
     return chain("sglang", "SGLang", [
-        ("0.4.0", SGLangRules(default_fraction="by_tp"),
-         (f"mem_fraction_static by tp: >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87, else 0.88 (0.4.0: {src})",)),
-        ("0.4.6", SGLangRules(default_fraction="by_tp_large", spec_pool="both_extra"),
+        ("0.4.0", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0),
+         (f"mem_fraction_static by tp: >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87, else 0.88 (0.4.0: {src})",
+          "EAGLE: the draft's pool holds the profiled tokens + requests x steps + 100, requests SGLang's own "
+          "min(max(tokens / context_len x 512, 2048), 4096) (0.4.3: "
+          "python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
+        ("0.4.4", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0, spec_pool="both_extra"),
+         ("EAGLE: target and draft pools both hold the profiled tokens + requests x (steps x topk + draft tokens) + "
+          "100 (0.4.4: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)",)),
+        ("0.4.5", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_pool="both_extra"),
+         (f"EAGLE sets max_running_requests to 48 where it is unset (0.4.5: {src}::ServerArgs.__post_init__)",)),
+        ("0.4.6", SGLangRules(default_fraction="by_tp_large", spec_pool="both_extra", mla_absorbed_fp8=True),
          (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",
           "EAGLE: target and draft pools both hold the profiled tokens + max_running_requests x (steps x topk + "
           "draft tokens) + 100 (0.4.6: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
@@ -48,7 +64,9 @@ def _profiles() -> tuple[EngineProfile, ...]:
          (f"by tp x pp up to 80 GiB, else 0.88; above 180,000 MiB 0.79; above 96 GiB a 48 GiB-based rule "
           f"(0.4.7: {src})",
           f"--enable-dp-lm-head (the LM head over the attention-TP group) and --ep-num-redundant-experts (0.4.7: "
-          f"{src}::ServerArgs)")),
+          f"{src}::ServerArgs)",
+          "an FP8 MLA checkpoint's absorbed w_kc / w_vc copies in bf16 (block_quant_dequant), FP8 before (0.4.7: "
+          "python/sglang/srt/models/deepseek_v2.py::DeepseekV2ForCausalLM.post_load_weights)")),
         ("0.4.8", SGLangRules(default_fraction="by_class", spec_reserve_mib=(2048, 2048), spec_pool="both_extra",
                               dp_lm_head=True),
          (f"(memory - reserved) / memory, reserved by GPU memory class and tp x pp, 2 GiB more with speculative "

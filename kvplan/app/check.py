@@ -153,20 +153,22 @@ def _extras(budget: Budget, spec: Any, choice: Any) -> Any:
     try:
         return extras(spec, choice, speculative=parse_speculative_config(budget.speculative_config),
                       pp=budget.pipeline_parallel_size,
-                      sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm)
+                      sglang_speculative=(SGLangFlags(algorithm=budget.speculative_algorithm,
+                                                      draft_model=budget.speculative_draft_model_path)
                                           if budget.speculative_algorithm else None),
                       lora=(LoRAFlags(max_loras=budget.max_loras, max_rank=budget.max_lora_rank)
                             if budget.enable_lora else None))
     except InputError as exc:  # the flags' names as a budget spells them
         text = str(exc)
         for flag, key in (("--speculative-config", "speculative_config"),
-                          ("--speculative-algorithm", "speculative_algorithm"), ("--enable-lora", "enable_lora")):
+                          ("--speculative-algorithm", "speculative_algorithm"), ("--enable-lora", "enable_lora"),
+                          ("--speculative-draft-model-path", "speculative_draft_model_path")):
             text = text.replace(flag, key)
         raise InputError(text) from None
 
 
 def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str, float], why: dict[str, str]) -> None:
-    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.capacity.common import FitRequest, SGLangArgs
     from kvplan.core.capacity.fit import fit
     from kvplan.core.engines import engine_for
     from kvplan.core.sizing import size_kv
@@ -185,7 +187,11 @@ def _measure_fit(budget: Budget, spec: Any, asked: dict[str, Any], out: dict[str
                      gpu_memory_utilization=budget.gpu_memory_utilization, max_model_len=budget.max_model_len,
                      allow_long_max_model_len=budget.allow_long_max_model_len, drafter=ext.drafter,
                      sglang_spec=ext.sglang_spec, lora=ext.lora,
-                     num_speculative_tokens=ext.num_speculative_tokens or 0)
+                     num_speculative_tokens=ext.num_speculative_tokens or 0,
+                     sglang=SGLangArgs(a2a_backend=budget.moe_a2a_backend,
+                                       redundant_experts=budget.ep_num_redundant_experts,
+                                       dense_tp=budget.moe_dense_tp_size, dp_lm_head=budget.enable_dp_lm_head,
+                                       max_total_tokens=budget.max_total_tokens))
     f = fit(req)
     from kvplan.core.spec_decode import with_drafter
 

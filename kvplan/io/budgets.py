@@ -104,7 +104,20 @@ class Budget(BaseModel):
         "vLLM: speculative decoding as vLLM takes it, e.g. {method: mtp, num_speculative_tokens: 1}: the MTP layers "
         "in the KV cache and the weights (default none)."))
     speculative_algorithm: str | None = Field(None, description=(
-        "SGLang: NEXTN (EAGLE from the model's MTP layers) or NGRAM: the draft's pool and weights (default none)."))
+        "SGLang: NEXTN (EAGLE from the model's MTP layers), EAGLE or EAGLE3 with speculative_draft_model_path, or "
+        "NGRAM: the draft's pool and weights (default none)."))
+    speculative_draft_model_path: str | None = Field(None, description=(
+        "SGLang: the EAGLE or EAGLE-3 head's checkpoint, a bundled name, hub id or config.json path (default none)."))
+    moe_a2a_backend: str = Field("none", description=(
+        "SGLang: deepep or mooncake puts whole experts over the tp GPUs and the shared experts whole on each "
+        "(default none)."))
+    ep_num_redundant_experts: int = Field(0, ge=0, le=4096, description=(
+        "SGLang: expert copies loaded beside the routed experts (default 0)."))
+    moe_dense_tp_size: int | None = Field(None, ge=1, le=64, description=(
+        "SGLang: 1 builds the dense MLP layers whole on every GPU (default: split over tp)."))
+    enable_dp_lm_head: bool = Field(False, description=(
+        "SGLang with enable_dp_attention: the LM head over the attention group (default false)."))
+    max_total_tokens: int | None = Field(None, ge=1, description="SGLang: a cap on the token pool (default none).")
     enable_lora: bool = Field(False, description="vLLM, SGLang: LoRA adapters' slots allocated at start (default false).")
     max_loras: int | None = Field(None, ge=1, le=1024, description=(
         "LoRA slots: vLLM max_loras (default 1), SGLang max_loras_per_batch (default 8)."))

@@ -91,3 +91,22 @@ def test_a_budgets_keys_are_named_as_a_budget_spells_them(tmp_path, budget, matc
                                              "require": {"min_kv_cache_tokens": 1}}]}))
     r = runner.invoke(app, ["check", str(path)])
     assert r.exit_code == 2 and match in r.output and "--speculative" not in r.output
+
+
+def test_sglang_placements_and_draft_head_in_a_budget_are_fits(tmp_path):
+    budget = {"model": "deepseek-v3", "gpu": "H200", "engine": "sglang==0.5.5", "tensor_parallel_size": 8,
+              "data_parallel_size": 8, "enable_dp_attention": True, "enable_dp_lm_head": True,
+              "moe_a2a_backend": "deepep", "ep_num_redundant_experts": 8, "moe_dense_tp_size": 1,
+              "max_total_tokens": 100000, "max_model_len": 32768, "require": {"min_kv_cache_tokens": 1}}
+    fitted = _json("fit", "deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.5.5", "-tp", "8", "-dp", "8",
+                   "--enable-dp-attention", "--enable-dp-lm-head", "--moe-a2a-backend", "deepep",
+                   "--ep-num-redundant-experts", "8", "--moe-dense-tp-size", "1", "--max-total-tokens", "100000",
+                   "--max-model-len", "32768")
+    assert _check(tmp_path, budget)["min_kv_cache_tokens"] == 8 * fitted["kv_cache_tokens"] == 8 * 100_000  # the cap
+    eagle = {"model": "llama2-7b", "gpu": "H100-80GB", "engine": "sglang==0.4.3", "speculative_algorithm": "EAGLE",
+             "speculative_draft_model_path": "lmzheng/sglang-EAGLE-llama2-chat-7B", "gpu_memory_utilization": 0.7,
+             "require": {"min_kv_cache_tokens": 1}}
+    fitted = _json("fit", "llama2-7b", "--gpu", "H100-80GB", "--engine", "sglang==0.4.3", "--speculative-algorithm",
+                   "EAGLE", "--speculative-draft-model-path", "lmzheng/sglang-EAGLE-llama2-chat-7B",
+                   "--gpu-memory-utilization", "0.7")
+    assert _check(tmp_path, eagle)["min_kv_cache_tokens"] == fitted["kv_cache_tokens"]

@@ -214,6 +214,9 @@ def extras(spec, choice, *, speculative=None, sglang_speculative=None, lora=None
 
         _sglang_spec_release(choice)
         f = sglang_speculative
+        if f.algorithm.upper() == "EAGLE3" and not getattr(choice.profile.rules, "eagle3", True):
+            raise InputError(f"SGLang {choice.profile.version} has no EAGLE3 (from 0.4.5); pin --engine "
+                             "sglang==0.4.5 or later")
         head = None
         if f.draft_model is not None:
             from kvplan.io.models import resolve_model

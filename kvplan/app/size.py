@@ -94,7 +94,7 @@ def size_model(model: str, *, batch: int = 1, seq_len: int | None = None, kv_cac
     if stored:
         result = dataclasses.replace(result, kv_dtype=stored)
     ideal = result if eng.name == "ideal" else size_kv(spec, get_engine("ideal"), batch=batch, seq_len=seq,
-                                                       kv_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp)
+                                                       kv_dtype=sized, tp=tp, pp=pp, dp=dp)
     if dcp > 1:  # the token states themselves: each token once on tp / dcp ranks, no rank's share rounded up
         ideal = dataclasses.replace(ideal, total_bytes=ideal.total_bytes // dcp)
     rules = eng.describe_rules() + (f" ({choice.profile.display} {choice.version} rules)" if choice.profile else "")

@@ -124,7 +124,7 @@ _LLAMA_HEADS = ("LlamaForCausalLM", "LlamaForCausalLMEagle", "LlamaForCausalLMEa
 
 
 def head_drafter(target: ModelSpec, method: str, num_speculative_tokens: int, head: ModelSpec, *,
-                 pp: int = 1) -> Drafter:
+                 pp: int = 1, engine: str = "vLLM") -> Drafter:
     """A Llama-shaped EAGLE or EAGLE-3 head (vLLM 0.20.0 model_executor/models/llama_eagle.py, llama_eagle3.py;
     v1/spec_decode/llm_base_proposer.py): its decoder layers are KV-cache layers beside the target's. Its weights:
     those layers (EAGLE's first without its input norm; EAGLE-3's each with a ``hidden_norm``, the first taking
@@ -150,7 +150,7 @@ def head_drafter(target: ModelSpec, method: str, num_speculative_tokens: int, he
                          "config); plan with an unquantized head")
     h = head.hidden_size
     if h != target.hidden_size:
-        raise InputError(f"{head.name}'s hidden size {h} is not {target.name}'s {target.hidden_size}: vLLM shares "
+        raise InputError(f"{head.name}'s hidden size {h} is not {target.name}'s {target.hidden_size}: {engine} shares "
                          "the target's embedding with the head and needs them equal")
     counts = count_params(head, head.arch)
     split = sum(counts.layers_split) + sum(counts.layers_experts)
@@ -239,10 +239,16 @@ def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = N
                                  drafter=Drafter(method="NGRAM", num_speculative_tokens=drafts,
                                                  note="speculative decoding (NGRAM): no draft model, no KV pool"))
     if head is not None and algo in ("EAGLE", "EAGLE3"):
+        head_arch = (head.raw_config.get("architectures") or ["?"])[0]
+        named = "Eagle3" if "Eagle3" in head_arch else "Eagle" if "Eagle" in head_arch else None  # else either
+        if named is not None and (named == "Eagle3") != (algo == "EAGLE3"):
+            want = "an EAGLE-3 head (LlamaForCausalLMEagle3)" if algo == "EAGLE3" else "an EAGLE head"
+            raise InputError(f"--speculative-algorithm {algo} loads {want}; {head.name} is {head_arch}: give the "
+                             f"algorithm its head was trained for ({'EAGLE3' if 'Eagle3' in head_arch else 'EAGLE'})")
         # the head's decoder layers are the draft pool's layers; SGLang's EAGLE worker gives an EAGLE head the
         # target's embedding and LM head (speculative/eagle_worker.py::EAGLEWorker.__init__: set_embed_and_head),
         # an EAGLE-3 head the embedding and its own draft-vocabulary head (set_embed), as vLLM's do (head_drafter)
-        d = head_drafter(spec, algo.lower(), drafts, head)
+        d = head_drafter(spec, algo.lower(), drafts, head, engine="SGLang")
         note = (f"speculative decoding (SGLang {algo}: {steps} steps, topk {k}, {drafts} draft tokens): the "
                 f"{head.name} head's {len(d.layers)} layer{'s' if len(d.layers) > 1 else ''} in a draft KV pool "
                 "beside the target's, its weights out of the reserve")

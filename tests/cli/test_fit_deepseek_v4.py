@@ -144,3 +144,11 @@ def test_size_and_check_name_what_vllm_stores(tmp_path):
         "batch": 4, "seq_len": 100000, "require": {"max_kv_bytes": 1}}]}))
     r = runner.invoke(app, ["check", str(budgets)])
     assert r.exit_code == 1 and "fp8_ds_mla" in r.output and "halves" not in r.output
+
+
+def test_size_compares_vllms_rows_with_the_same_dtypes_token_states():
+    """The token states beside vLLM's fp8_ds_mla rows are sized in fp8 too, so what vLLM adds is never negative."""
+    args = ["size", "deepseek-v4-flash", "-tp", "8", "--seq-len", "65536", "--json"]
+    vllm = json.loads(runner.invoke(app, [*args, "--engine", "vllm"]).output)
+    ideal = json.loads(runner.invoke(app, [*args, "--engine", "ideal", "--kv-cache-dtype", "fp8"]).output)
+    assert vllm["token_state_bytes"] == ideal["total_bytes"] <= vllm["total_bytes"]

@@ -70,3 +70,20 @@ def test_later_releases_grow_both_pools():
 def test_draft_checkpoint_flags_are_refused_where_they_do_not_apply(args, says):
     r = runner.invoke(app, ["fit", "llama2-7b", "--gpu", "H100-80GB", "--engine", "sglang==0.4.3", *args])
     assert r.exit_code == 2 and says in r.output, r.output
+
+
+@pytest.mark.parametrize(("engine", "algorithm", "says"), [
+    ("sglang==0.4.6", "EAGLE3", "loads an EAGLE-3 head"),  # an EAGLE-1 head under EAGLE3
+    ("sglang==0.4.4", "EAGLE3", "no EAGLE3 (from 0.4.5)"),
+])
+def test_a_head_and_its_algorithm_must_agree(engine, algorithm, says):
+    r = runner.invoke(app, ["fit", "llama2-7b", "--gpu", "H100-80GB", "--engine", engine, "--speculative-algorithm",
+                            algorithm, "--speculative-draft-model-path", "lmzheng/sglang-EAGLE-llama2-chat-7B"])
+    assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_a_head_of_another_width_names_sglang():
+    r = runner.invoke(app, ["fit", "deepseek-v3", "--gpu", "H200", "-tp", "8", "--engine", "sglang",
+                            "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
+                            "lmzheng/sglang-EAGLE-llama2-chat-7B"])
+    assert r.exit_code == 2 and "SGLang shares" in r.output, r.output

@@ -138,3 +138,50 @@ def test_absorbed_mla_copies_weigh_on_each_gpu(engine, elt):
                                          tp=8)) == 61 * 16 * 512 * 256 * elt
     assert absorbed_mla_bytes(FitRequest(spec=load_model("llama3.1-8b"), gpu=req.gpu, engine="sglang",
                                          profile=choice.profile)) == 0
+
+
+def test_deepep_holds_whole_fp8_experts_at_any_tp():
+    """DeepSeek-V3's FP8 experts would split to 64 wide over 32 GPUs (refused); DeepEP holds whole experts, so the
+    FP8 block rule does not apply, and the JSON names the expert-parallel size."""
+    out = _fit("deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.5.5", "-tp", "32", "-dp", "32",
+               "--enable-dp-attention", "--moe-a2a-backend", "deepep", "--max-model-len", "4096")
+    assert out["expert_parallel_size"] == 32
+
+
+def test_the_cap_applies_after_a_drafts_extra_tokens():
+    """SGLang adds the draft's extra tokens to the profiled count, then caps both workers' pools
+    (model_runner.py::init_memory_pool)."""
+    out = _fit("deepseek-v3", "--gpu", "H200", "--engine", "sglang==0.5.5", "-tp", "8", "--speculative-algorithm",
+               "NEXTN", "--max-total-tokens", "100000", "--max-model-len", "32768")
+    assert out["kv_cache_tokens"] == out["settings"]["draft_pool_tokens"] == 100_000
+
+
+def test_longcat_flash_absorbs_both_mla_blocks_of_a_layer():
+    from kvplan.core.capacity.common import FitRequest
+    from kvplan.core.engines.sglang.budget import absorbed_mla_bytes
+    from kvplan.io.gpus import get_gpu
+    from kvplan.io.models import load_model
+
+    spec = load_model("longcat-flash")
+    mla = [x for x in spec.layers if x.kind.value == "mla"]
+    per = mla[0].num_heads * mla[0].kv_lora_rank * (mla[0].qk_nope_head_dim + mla[0].v_head_dim) * 2
+    assert absorbed_mla_bytes(FitRequest(spec=spec, gpu=get_gpu("H200"), engine="sglang")) == len(mla) * per
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--engine", "sglang==0.4.4", "-tp", "8", "--moe-a2a-backend", "deepep"), "no --moe-a2a-backend (from 0.4.5)"),
+    (("--engine", "sglang==0.4.5", "-tp", "8", "--moe-dense-tp-size", "1"), "no --moe-dense-tp-size (from 0.4.6)"),
+    (("--engine", "sglang==0.4.6", "-tp", "8", "--enable-expert-parallel", "--ep-num-redundant-experts", "8"),
+     "no --ep-num-redundant-experts (from 0.4.7)"),
+    (("--engine", "sglang", "-tp", "8", "--max-total-tokens", "10", "--max-model-len", "4096"),
+     "floors to no page"),
+])
+def test_placement_flags_by_release(args, says):
+    r = runner.invoke(app, ["fit", "deepseek-v3.2", "--gpu", "H200", *args])
+    assert r.exit_code in (1, 2) and says in r.output, r.output
+
+
+def test_dense_tp_is_refused_where_sglang_ignores_it():
+    r = runner.invoke(app, ["fit", "llama3-8b", "--gpu", "H200", "--engine", "sglang", "-tp", "8",
+                            "--moe-dense-tp-size", "1"])
+    assert r.exit_code == 2 and "does not read it" in r.output

@@ -284,7 +284,8 @@ def _fit_result(req: FitRequest, budget: EngineBudget, start: _Start, cap: Capac
         logged_capacity_rule=cap.logged_capacity_rule, context_limit=start.limit,
         context_exceeded=started.exceeded, context_override=req.allow_long_max_model_len, pool_plan=cap.pool_plan,
         dp=req.dp, dcp=req.dcp, dp_attention=req.dp_attention,
-        expert_parallel_size=expert_ranks(req) if req.expert_parallel and _is_moe(req) else 0,
+        expert_parallel_size=(expert_ranks(req) if (req.expert_parallel or req.sglang.whole_experts) and _is_moe(req)
+                              else 0),
     )
 
 

@@ -315,7 +315,7 @@ def _check_expert_blocks(req: FitRequest, quant: dict) -> None:
     quantization block_n = 128'."""
     block = quant.get("weight_block_size")
     moe = req.spec.arch.moe if req.spec.arch is not None else None
-    if req.expert_parallel or moe is None or not isinstance(block, list) or not block:
+    if req.expert_parallel or req.sglang.whole_experts or moe is None or not isinstance(block, list) or not block:
         return
     ranks, inter, block_n = expert_ranks(req), moe.expert_intermediate, int(block[0])
     if ranks > 1 and (inter % ranks or inter // ranks % block_n):
@@ -331,6 +331,14 @@ def mm_limit(req: FitRequest, modality: str) -> int:
 
 
 A2A_BACKENDS = ("deepep", "mooncake")  # SGLang 0.5.5's --moe-a2a-backend choices beside none
+# The architectures whose SGLang model builds its dense MLP layers whole under --moe-dense-tp-size 1 (0.5.10: the
+# model files that call layers/communicator.py::enable_moe_dense_fully_dp; Kimi-K2.5's language model is
+# DeepseekV3ForCausalLM)
+DENSE_TP_ARCHS = frozenset((
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeForCausalLM",
+    "GlmMoeDsaForCausalLM", "Glm4MoeLiteForCausalLM", "BailingMoEForCausalLM", "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM", "Ernie4_5_MoeForCausalLM", "MiMoV2FlashForCausalLM", "SarvamMLAForCausalLM",
+    "SarvamMoEForCausalLM", "LLaDA2MoeModelLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM"))
 
 
 def check_sglang_args(req: FitRequest) -> None:
@@ -350,10 +358,18 @@ def check_sglang_args(req: FitRequest) -> None:
     if (sg.whole_experts or sg.redundant_experts) and moe is None:
         raise InputError(f"{req.spec.name} has no routed experts: leave --moe-a2a-backend and "
                          "--ep-num-redundant-experts out")
-    rules = req.engine_profile().rules
-    if (sg.dp_lm_head or sg.redundant_experts) and not getattr(rules, "dp_lm_head", False):
-        raise InputError(f"SGLang {req.engine_profile().version} has no --enable-dp-lm-head or "
-                         "--ep-num-redundant-experts (from 0.4.7); pin --engine sglang==0.4.7 or later")
+    rules, version = req.engine_profile().rules, req.engine_profile().version
+    for given, flag, rule, since in ((sg.whole_experts, "--moe-a2a-backend", "deepep", "0.4.5"),
+                                     (sg.dense_tp is not None, "--moe-dense-tp-size", "moe_dense_tp", "0.4.6"),
+                                     (sg.dp_lm_head, "--enable-dp-lm-head", "dp_lm_head", "0.4.7"),
+                                     (sg.redundant_experts > 0, "--ep-num-redundant-experts", "dp_lm_head", "0.4.7")):
+        if given and not getattr(rules, rule, False):
+            raise InputError(f"SGLang {version} has no {flag} (from {since}); pin --engine sglang=={since} or later")
+    arch = (req.spec.raw_config.get("architectures") or ["?"])[0]
+    if sg.dense_tp is not None and arch not in DENSE_TP_ARCHS:
+        raise InputError(f"--moe-dense-tp-size: SGLang's {arch} does not read it (the MoE models whose dense layers "
+                         "do: DeepSeek-V2/V3/V3.2, GLM-4.5+ and GLM-5, Bailing, ERNIE 4.5, MiMo-V2, Sarvam, LLaDA2); "
+                         "leave it out")
     if sg.dp_lm_head and not req.dp_attention:
         raise InputError("--enable-dp-lm-head needs --enable-dp-attention ('Please enable dp attention when setting "
                          "enable_dp_lm_head', server_args.py)")

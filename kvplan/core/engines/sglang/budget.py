@@ -196,9 +196,11 @@ class SGLangBudget(EngineBudget):
                         stage.components.cuda_graph)
         free_before = stage.memory_bytes - nt
         page = eng.block_size
-        tokens = pool.tokens // page * page
-        draft = _DraftPool.of(req, setup, eng, dtype, tokens)
-        tokens = draft.target_tokens if draft is not None else tokens
+        cap = req.sglang.max_total_tokens
+        # a speculative draft's extra tokens are added to the profiled count before --max-total-tokens caps both
+        # workers' pools (model_runner.py::init_memory_pool, 0.4.3 to 0.5.6)
+        draft = _DraftPool.of(req, setup, eng, dtype, pool.profiled // page * page, cap=cap)
+        tokens = pool.tokens // page * page if draft is None else min(draft.target_tokens, cap or draft.target_tokens)
         # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
         pooled = allocated_layers(spec, spec.layers)  # as SGLang allocates them (windows only for hybrid-SWA models)
         windows = [x.window for x in pooled if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
@@ -224,7 +226,11 @@ class SGLangBudget(EngineBudget):
             lo, hi = (mid, hi) if request_fits(mid) else (lo, mid - 1)
         max_fit = lo if rest > 0 else 0
         reasons = []
-        if rest <= 0:
+        if cap is not None and rest > 0 and tokens == 0:
+            reasons.append(f"--max-total-tokens {cap:,} floors to no page of {page} tokens: SGLang stops with 'Not "
+                           f"enough memory' (model_runner.py::init_memory_pool); give --max-total-tokens {page} or "
+                           "more")
+        elif rest <= 0:
             reasons.append(f"weights {w / GiB:.2f} GiB exceed mem_fraction_static {frac} x {free_before / GiB:.2f} GiB "
                            f"= {free_before * frac / GiB:.2f} GiB (short by {-rest / GiB:.2f} GiB)")
         elif not request_fits(max_len) or (mamba_slots is not None and mamba_slots < 1):
@@ -286,7 +292,8 @@ class _DraftPool:
     extra_note: str = ""
 
     @classmethod
-    def of(cls, req: FitRequest, setup: Setup, eng, dtype, profiled: int) -> "_DraftPool | None":  # type: ignore[no-untyped-def]
+    def of(cls, req: FitRequest, setup: Setup, eng, dtype, profiled: int,  # type: ignore[no-untyped-def]
+           cap: int | None = None) -> "_DraftPool | None":
         spec = req.sglang_spec
         if spec is None or spec.algorithm == "NGRAM" or not spec.drafter.layers:
             return None
@@ -298,14 +305,18 @@ class _DraftPool:
         # SGLang's own clamp of the profiled tokens (SGLangRules.spec_requests)
         own = min(max(int(profiled / setup.max_model_len * 512), 2048), 4096)
         reqs = req.max_num_seqs or setup.profile.rules.spec_requests or own
+        def capped(n: int) -> int:  # --max-total-tokens caps each worker's pool (the draft's too)
+            return min(n, cap) if cap is not None else n
         if how == "target":
-            return cls(target_tokens=profiled, tokens=profiled, bytes=profiled * draft_cell)
+            n = capped(profiled)
+            return cls(target_tokens=n, tokens=n, bytes=n * draft_cell)
         if how == "draft_extra":  # 0.4.3: the draft's pool = profiled + requests x steps + 100
-            n = profiled + reqs * spec.num_steps + 100
-            return cls(target_tokens=profiled, tokens=n, bytes=n * draft_cell)
-        n = profiled + reqs * spec.tokens_a_request + 100  # both pools, 0.4.6 to 0.5.6
-        return cls(target_tokens=n, tokens=n, bytes=n * draft_cell + (n - profiled) * target_cell,
-                   extra_note=f", and the target's {n - profiled:,} tokens beyond its profiled {profiled:,}")
+            n = capped(profiled + reqs * spec.num_steps + 100)
+            return cls(target_tokens=capped(profiled), tokens=n, bytes=n * draft_cell)
+        n = capped(profiled + reqs * spec.tokens_a_request + 100)  # both pools, 0.4.4 to 0.5.6
+        extra = max(0, n - profiled)
+        return cls(target_tokens=n, tokens=n, bytes=n * draft_cell + extra * target_cell,
+                   extra_note=f", and the target's {extra:,} tokens beyond its profiled {profiled:,}" if extra else "")
 
 
 # SGLang's multimodal architectures (0.5.10: configs/model_config.py::multimodal_model_archs), and those whose
@@ -393,7 +404,8 @@ DP_ATTENTION_ARCHS = frozenset((
 # kv_b_proj into w_kc and w_vc
 MLA_ABSORBING_ARCHS = frozenset((
     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
-    "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM", "KimiK25ForConditionalGeneration"))
+    "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM", "KimiK25ForConditionalGeneration",
+    "LongcatFlashForCausalLM"))  # models/longcat_flash.py::LongcatFlashForCausalLM.post_load_weights, both MLA blocks
 
 
 def absorbed_mla_bytes(req: FitRequest) -> int:

@@ -38,6 +38,11 @@ class SGLangRules:
     # block_quant_to_tensor_quant, or DeepGEMM's batched matmul on Hopper); from 0.4.7 dequantized to bf16
     # (block_quant_dequant) unless SGL_USE_DEEPGEMM_BMM is set
     mla_absorbed_fp8: bool = False
+    # releases that have them: --enable-deepep-moe (0.4.5; --moe-a2a-backend from 0.5) and EAGLE3 (0.4.5),
+    # --moe-dense-tp-size (0.4.6) (server_args.py; none of them in 0.4.4's)
+    deepep: bool = True
+    eagle3: bool = True
+    moe_dense_tp: bool = True
 
 
 CHECKED_THROUGH = "0.5.10"
@@ -46,18 +51,23 @@ CHECKED_THROUGH = "0.5.10"
 def _profiles() -> tuple[EngineProfile, ...]:
     src = "python/sglang/srt/server_args.py"
     return chain("sglang", "SGLang", [
-        ("0.4.0", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0),
+        ("0.4.0", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0, deepep=False,
+                              eagle3=False, moe_dense_tp=False),
          (f"mem_fraction_static by tp: >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87, else 0.88 (0.4.0: {src})",
           "EAGLE: the draft's pool holds the profiled tokens + requests x steps + 100, requests SGLang's own "
           "min(max(tokens / context_len x 512, 2048), 4096) (0.4.3: "
           "python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
-        ("0.4.4", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0, spec_pool="both_extra"),
+        ("0.4.4", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_requests=0, spec_pool="both_extra",
+                              deepep=False, eagle3=False, moe_dense_tp=False),
          ("EAGLE: target and draft pools both hold the profiled tokens + requests x (steps x topk + draft tokens) + "
           "100 (0.4.4: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)",)),
-        ("0.4.5", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_pool="both_extra"),
-         (f"EAGLE sets max_running_requests to 48 where it is unset (0.4.5: {src}::ServerArgs.__post_init__)",)),
+        ("0.4.5", SGLangRules(default_fraction="by_tp", mla_absorbed_fp8=True, spec_pool="both_extra",
+                              moe_dense_tp=False),
+         (f"EAGLE sets max_running_requests to 48 where it is unset (0.4.5: {src}::ServerArgs.__post_init__)",
+          f"EAGLE3 and --enable-deepep-moe (whole experts, shared experts on each GPU) (0.4.5: {src})")),
         ("0.4.6", SGLangRules(default_fraction="by_tp_large", spec_pool="both_extra", mla_absorbed_fp8=True),
          (f"as 0.4.0 on GPUs up to 80 GiB; above, (memory - 13 GiB) / memory (0.4.6: {src})",
+          f"--moe-dense-tp-size 1: the dense MLP layers whole on every GPU (0.4.6: {src})",
           "EAGLE: target and draft pools both hold the profiled tokens + max_running_requests x (steps x topk + "
           "draft tokens) + 100 (0.4.6: python/sglang/srt/model_executor/model_runner.py::init_memory_pool)")),
         ("0.4.7", SGLangRules(default_fraction="v047", spec_pool="both_extra", dp_lm_head=True),

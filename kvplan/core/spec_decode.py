@@ -238,7 +238,7 @@ def sglang_drafter(spec: ModelSpec, algorithm: str, *, num_steps: int | None = N
         return SGLangSpeculative(algorithm="NGRAM", num_steps=steps, topk=k, num_draft_tokens=drafts,
                                  drafter=Drafter(method="NGRAM", num_speculative_tokens=drafts,
                                                  note="speculative decoding (NGRAM): no draft model, no KV pool"))
-    if head is not None and algo in ("EAGLE", "EAGLE3"):
+    if head is not None:  # EAGLE or EAGLE3
         head_arch = (head.raw_config.get("architectures") or ["?"])[0]
         named = "Eagle3" if "Eagle3" in head_arch else "Eagle" if "Eagle" in head_arch else None  # else either
         if named is not None and (named == "Eagle3") != (algo == "EAGLE3"):

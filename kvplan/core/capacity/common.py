@@ -22,10 +22,10 @@ from kvplan.core.engines.registry import SERVING
 
 @dataclass(frozen=True, kw_only=True)
 class SGLangArgs:
-    """SGLang server arguments of large expert-parallel deployments (server_args.py; docs/engines.md "SGLang: data
-    parallel attention"): where the MoE layers' parts live and the token pool's cap."""
+    """SGLang server arguments of large expert-parallel deployments (server_args.py; docs/engines.md "SGLang's large
+    expert-parallel placements"): where the MoE layers' parts live and the token pool's cap."""
 
-    # --moe-a2a-backend (0.5.0 on; --enable-deepep-moe before): an all-to-all backend puts whole experts over the tp
+    # --moe-a2a-backend (0.5 on; --enable-deepep-moe from 0.4.5): an all-to-all backend puts whole experts over the tp
     # GPUs (ep_size = tp_size) and builds the shared experts whole on every GPU (models/deepseek_v2.py::DeepseekV2MoE)
     a2a_backend: str = "none"
     redundant_experts: int = 0  # --ep-num-redundant-experts: expert copies loaded beside the routed experts

@@ -200,7 +200,7 @@ class SGLangBudget(EngineBudget):
         # a speculative draft's extra tokens are added to the profiled count before --max-total-tokens caps both
         # workers' pools (model_runner.py::init_memory_pool, 0.4.3 to 0.5.6)
         draft = _DraftPool.of(req, setup, eng, dtype, pool.profiled // page * page, cap=cap)
-        tokens = pool.tokens // page * page if draft is None else min(draft.target_tokens, cap or draft.target_tokens)
+        tokens = pool.tokens // page * page if draft is None else draft.target_tokens
         # A request holds max_model_len tokens in the full pool and at most its window in the SWA pool.
         pooled = allocated_layers(spec, spec.layers)  # as SGLang allocates them (windows only for hybrid-SWA models)
         windows = [x.window for x in pooled if isinstance(x, AttentionLayer) and x.kind is LayerKind.SLIDING]
@@ -400,12 +400,12 @@ DP_ATTENTION_ARCHS = frozenset((
 
 
 # The architectures whose SGLang model is DeepseekV2ForCausalLM or a subclass (models/deepseek_v2.py, glm4_moe.py,
-# glm4_moe_lite.py, mistral_large_3.py; Kimi-K2.5's language model, kimi_k25.py), whose post_load_weights absorbs
-# kv_b_proj into w_kc and w_vc
+# glm4_moe_lite.py, mistral_large_3.py; Kimi-K2.5's language model, kimi_k25.py), or LongCat-Flash, whose
+# post_load_weights absorbs kv_b_proj into w_kc and w_vc
 MLA_ABSORBING_ARCHS = frozenset((
     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
     "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM", "KimiK25ForConditionalGeneration",
-    "LongcatFlashForCausalLM"))  # models/longcat_flash.py::LongcatFlashForCausalLM.post_load_weights, both MLA blocks
+    "LongcatFlashForCausalLM"))  # models/longcat_flash.py::LongcatFlashForCausalLM.post_load_weights: both MLA blocks
 
 
 def absorbed_mla_bytes(req: FitRequest) -> int:
